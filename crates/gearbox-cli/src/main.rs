@@ -1,0 +1,60 @@
+//! `gearbox`: the one front door. Each subcommand lives in its own module; the
+//! Python-side subcommands (the lab and the learners) are run by the Python
+//! package, which this binary execs with the same arguments.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cert_cmd;
+mod client_cmd;
+mod demo_cmd;
+mod edge_cmd;
+
+/// gearbox: adaptive web transport — edge server, client, lab and learners.
+#[derive(Parser)]
+#[command(name = "gearbox", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Log filter (tracing syntax), e.g. `info` or `gearbox_dataplane=debug`.
+    #[arg(long, global = true, env = "GEARBOX_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the edge server: HTTPS over TCP (h2, http/1.1) and HTTP/3 over QUIC.
+    Edge(edge_cmd::EdgeArgs),
+    /// Make a self-signed certificate and key for the given names and addresses.
+    Cert(cert_cmd::CertArgs),
+    /// Fetch one URL over the chosen transport and print its timing record.
+    Get(client_cmd::GetArgs),
+    /// Replay a workload against an edge and write client telemetry.
+    Load(client_cmd::LoadArgs),
+    /// Run the main job: an edge and a client on loopback, RCT statistics per protocol.
+    Demo(demo_cmd::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|e| {
+        eprintln!("gearbox: --log {:?} is not a valid filter ({e}); using `warn`", cli.log);
+        tracing_subscriber::EnvFilter::new("warn")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Edge(a) => edge_cmd::run(a),
+        Command::Cert(a) => cert_cmd::run(a),
+        Command::Get(a) => client_cmd::run_get(a),
+        Command::Load(a) => client_cmd::run_load(a),
+        Command::Demo(a) => demo_cmd::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gearbox: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The core shared by gearbox's edge and client: per-request telemetry records,
+//! TLS 1.3 configuration and certificates, and transport-state snapshots of QUIC
+//! (quinn) and TCP (`TCP_INFO`) connections (DESIGN.md "Data plane").
+
+pub mod telemetry;
+pub mod tls;
+pub mod transport;

@@ -1,0 +1,72 @@
+//! Transport-state snapshots: quinn's connection statistics and the kernel's `TCP_INFO`.
+//!
+//! `TCP_INFO` is read with a raw `getsockopt` on libc's `tcp_info` (which follows the
+//! kernel's struct up to 6.x); socket2 exposes only a few fields of it. The kernel fills
+//! as much of the struct as it knows and we start from zeroes, so older kernels give
+//! zero for newer fields instead of garbage.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use crate::telemetry::TransportSnapshot;
+
+/// Raw `TCP_INFO` of a TCP socket.
+pub fn tcp_info<S: AsFd>(socket: &S) -> std::io::Result<libc::tcp_info> {
+    // SAFETY: tcp_info is plain old data; an all-zero value is valid.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(info)
+}
+
+/// Bytes sent on a TCP socket and not yet acknowledged by the peer.
+pub fn tcp_unacked_bytes(info: &libc::tcp_info) -> u64 {
+    info.tcpi_bytes_sent.saturating_sub(info.tcpi_bytes_retrans).saturating_sub(info.tcpi_bytes_acked)
+}
+
+/// Snapshot of a TCP connection from `TCP_INFO`; `cc` is the kernel's controller name.
+pub fn tcp_snapshot<S: AsFd>(socket: &S) -> std::io::Result<TransportSnapshot> {
+    let info = tcp_info(socket)?;
+    let cc = gearbox_cc::TcpCc::current(&socket2::SockRef::from(socket))
+        .unwrap_or_else(|_| "unknown".into());
+    Ok(TransportSnapshot {
+        cc,
+        rtt_ms: f64::from(info.tcpi_rtt) / 1e3,
+        min_rtt_ms: (info.tcpi_min_rtt != 0 && info.tcpi_min_rtt != u32::MAX).then(|| f64::from(info.tcpi_min_rtt) / 1e3),
+        rttvar_ms: Some(f64::from(info.tcpi_rttvar) / 1e3),
+        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        sent_packets: u64::from(info.tcpi_segs_out),
+        lost_packets: u64::from(info.tcpi_total_retrans),
+        congestion_events: None,
+        unacked_bytes: Some(tcp_unacked_bytes(&info)),
+        delivery_rate_bps: Some(info.tcpi_delivery_rate.saturating_mul(8)),
+    })
+}
+
+/// Snapshot of a QUIC connection from quinn's statistics.
+pub fn quic_snapshot(conn: &quinn::Connection, cc: &str) -> TransportSnapshot {
+    let s = conn.stats();
+    TransportSnapshot {
+        cc: cc.to_string(),
+        rtt_ms: s.path.rtt.as_secs_f64() * 1e3,
+        min_rtt_ms: Some(s.path.min_rtt.as_secs_f64() * 1e3),
+        rttvar_ms: None,
+        cwnd_bytes: s.path.cwnd,
+        sent_packets: s.path.sent_packets,
+        lost_packets: s.path.lost_packets,
+        congestion_events: Some(s.path.congestion_events),
+        unacked_bytes: None,
+        delivery_rate_bps: None,
+    }
+}
