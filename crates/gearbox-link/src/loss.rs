@@ -72,13 +72,21 @@ impl GilbertElliott {
     /// Returns `None` when no such chain exists (mean not in (0,1), burst < 1, or
     /// the required `p` exceeds 1 — a high loss rate with short bursts).
     pub fn from_mean_loss_and_burst(mean_loss_rate: f64, mean_burst_packets: f64) -> Option<Self> {
-        if !(mean_loss_rate > 0.0 && mean_loss_rate < 1.0 && mean_burst_packets >= 1.0 && mean_burst_packets.is_finite())
+        if !(mean_loss_rate > 0.0
+            && mean_loss_rate < 1.0
+            && mean_burst_packets >= 1.0
+            && mean_burst_packets.is_finite())
         {
             return None;
         }
         let r = 1.0 / mean_burst_packets;
         let p = r * mean_loss_rate / (1.0 - mean_loss_rate);
-        (p <= 1.0).then_some(GilbertElliott { p_good_to_bad: p, p_bad_to_good: r, loss_in_good: 0.0, loss_in_bad: 1.0 })
+        (p <= 1.0).then_some(GilbertElliott {
+            p_good_to_bad: p,
+            p_bad_to_good: r,
+            loss_in_good: 0.0,
+            loss_in_bad: 1.0,
+        })
     }
 
     /// Long-run loss rate of the chain.
@@ -115,18 +123,27 @@ impl Loss {
         match *config {
             LossConfig::None => Loss::None,
             LossConfig::Bernoulli { loss_rate } => Loss::Bernoulli(loss_rate),
-            LossConfig::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_in_good, loss_in_bad } => {
-                Loss::GilbertElliott {
-                    params: GilbertElliott { p_good_to_bad, p_bad_to_good, loss_in_good, loss_in_bad },
-                    bad: false,
-                }
-            }
-            LossConfig::GilbertElliottMean { mean_loss_rate, mean_burst_packets } => {
-                match GilbertElliott::from_mean_loss_and_burst(mean_loss_rate, mean_burst_packets) {
-                    Some(params) => Loss::GilbertElliott { params, bad: false },
-                    None => Loss::None,
-                }
-            }
+            LossConfig::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_in_good,
+                loss_in_bad,
+            } => Loss::GilbertElliott {
+                params: GilbertElliott {
+                    p_good_to_bad,
+                    p_bad_to_good,
+                    loss_in_good,
+                    loss_in_bad,
+                },
+                bad: false,
+            },
+            LossConfig::GilbertElliottMean {
+                mean_loss_rate,
+                mean_burst_packets,
+            } => match GilbertElliott::from_mean_loss_and_burst(mean_loss_rate, mean_burst_packets) {
+                Some(params) => Loss::GilbertElliott { params, bad: false },
+                None => Loss::None,
+            },
         }
     }
 
@@ -139,7 +156,11 @@ impl Loss {
             Loss::GilbertElliott { params, bad } => {
                 let p_loss = if *bad { params.loss_in_bad } else { params.loss_in_good };
                 let lost = rng.random::<f64>() < p_loss;
-                let p_switch = if *bad { params.p_bad_to_good } else { params.p_good_to_bad };
+                let p_switch = if *bad {
+                    params.p_bad_to_good
+                } else {
+                    params.p_good_to_bad
+                };
                 if rng.random::<f64>() < p_switch {
                     *bad = !*bad;
                 }
@@ -164,7 +185,11 @@ mod tests {
         let mean = n as f64 * p;
         let sd = (n as f64 * p * (1.0 - p)).sqrt();
         // 2.576 sigma = two-sided 99% of the normal approximation to the binomial.
-        assert!((lost - mean).abs() <= 2.576 * sd, "lost {lost}, expected {mean} +- {}", 2.576 * sd);
+        assert!(
+            (lost - mean).abs() <= 2.576 * sd,
+            "lost {lost}, expected {mean} +- {}",
+            2.576 * sd
+        );
     }
 
     #[test]
@@ -173,7 +198,10 @@ mod tests {
         let ge = GilbertElliott::from_mean_loss_and_burst(mean, burst).unwrap();
         assert!((ge.mean_loss_rate() - mean).abs() < 1e-12);
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        let mut loss = Loss::new(&LossConfig::GilbertElliottMean { mean_loss_rate: mean, mean_burst_packets: burst });
+        let mut loss = Loss::new(&LossConfig::GilbertElliottMean {
+            mean_loss_rate: mean,
+            mean_burst_packets: burst,
+        });
         let n = 1_000_000;
         let (mut lost, mut bursts, mut prev) = (0u64, 0u64, false);
         for _ in 0..n {

@@ -50,9 +50,12 @@ impl Protocol {
 
 /// What the policer does to packets of its protocol (seed 000 §II-B: "randomly
 /// dropping, rate limiting, or even blocking UDP traffic").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PolicerConfig {
+    /// No policing (also how a schedule removes a policer).
+    #[default]
+    None,
     /// Drop each packet of `protocol` independently with probability `drop_rate` (0..=1).
     Drop {
         /// Protocol the treatment applies to.
@@ -78,12 +81,13 @@ pub enum PolicerConfig {
 }
 
 impl PolicerConfig {
-    /// The protocol this policer targets.
-    pub fn protocol(&self) -> Protocol {
+    /// The protocol this policer targets (`None` when it polices nothing).
+    pub fn protocol(&self) -> Option<Protocol> {
         match self {
+            PolicerConfig::None => None,
             PolicerConfig::Drop { protocol, .. }
             | PolicerConfig::RateLimit { protocol, .. }
-            | PolicerConfig::Block { protocol } => *protocol,
+            | PolicerConfig::Block { protocol } => Some(*protocol),
         }
     }
 }
@@ -150,7 +154,11 @@ impl Policer {
             PolicerConfig::RateLimit { burst_bytes, .. } => *burst_bytes as f64,
             _ => 0.0,
         };
-        Policer { config, tokens_bytes, last_refill: None }
+        Policer {
+            config,
+            tokens_bytes,
+            last_refill: None,
+        }
     }
 
     /// The configuration in force.
@@ -160,15 +168,19 @@ impl Policer {
 
     /// Decides the fate of one packet arriving at `now`: `None` lets it pass.
     pub fn check(&mut self, now: Duration, packet: &[u8], rng: &mut ChaCha8Rng) -> Option<DropReason> {
-        if ip_protocol(packet) != Some(self.config.protocol().number()) {
+        let target = self.config.protocol()?;
+        if ip_protocol(packet) != Some(target.number()) {
             return None;
         }
         match self.config {
+            PolicerConfig::None => None,
             PolicerConfig::Block { .. } => Some(DropReason::PolicerBlocked),
             PolicerConfig::Drop { drop_rate, .. } => {
                 (rng.random::<f64>() < drop_rate).then_some(DropReason::PolicerRandom)
             }
-            PolicerConfig::RateLimit { rate_bps, burst_bytes, .. } => {
+            PolicerConfig::RateLimit {
+                rate_bps, burst_bytes, ..
+            } => {
                 let burst = burst_bytes as f64;
                 if let Some(last) = self.last_refill {
                     let elapsed = now.saturating_sub(last).as_secs_f64();
@@ -216,7 +228,9 @@ mod tests {
     #[test]
     fn block_drops_only_the_targeted_protocol() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let mut p = Policer::new(PolicerConfig::Block { protocol: Protocol::Udp });
+        let mut p = Policer::new(PolicerConfig::Block {
+            protocol: Protocol::Udp,
+        });
         let now = Duration::ZERO;
         assert_eq!(p.check(now, &ipv4(17, 100), &mut rng), Some(DropReason::PolicerBlocked));
         assert_eq!(p.check(now, &ipv4(6, 100), &mut rng), None);
@@ -228,7 +242,11 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let rate_bps = 8_000_000u64; // 1 MB/s
         let burst = 10_000u64;
-        let mut p = Policer::new(PolicerConfig::RateLimit { protocol: Protocol::Tcp, rate_bps, burst_bytes: burst });
+        let mut p = Policer::new(PolicerConfig::RateLimit {
+            protocol: Protocol::Tcp,
+            rate_bps,
+            burst_bytes: burst,
+        });
         // Offer 4 MB/s of 1000-byte TCP packets for 10 s.
         let pkt = ipv4(6, 1000);
         let mut passed = 0u64;
@@ -240,7 +258,10 @@ mod tests {
         }
         let expected = 10.0 * rate_bps as f64 / 8.0 + burst as f64;
         let ratio = passed as f64 / expected;
-        assert!((0.99..=1.01).contains(&ratio), "passed {passed} bytes, expected ~{expected}");
+        assert!(
+            (0.99..=1.01).contains(&ratio),
+            "passed {passed} bytes, expected ~{expected}"
+        );
         // UDP is untouched by a TCP policer.
         assert_eq!(p.check(Duration::from_secs(10), &ipv4(17, 1000), &mut rng), None);
     }

@@ -46,6 +46,9 @@ impl QueueLimits {
     }
 }
 
+/// Where a discipline reports the packets it drops on its own: `(time, packet, reason)`.
+pub type DropSink<'a, P> = dyn FnMut(Duration, QueuedPacket<P>, DropReason) + 'a;
+
 /// The tiny interface every discipline implements.
 pub trait PacketQueue<P> {
     /// Offers a packet at `now`. Returns `Err(packet)` if the packet itself is
@@ -55,10 +58,10 @@ pub trait PacketQueue<P> {
         &mut self,
         now: Duration,
         packet: QueuedPacket<P>,
-        drops: &mut dyn FnMut(QueuedPacket<P>, DropReason),
+        drops: &mut DropSink<'_, P>,
     ) -> Result<(), (QueuedPacket<P>, DropReason)>;
     /// Takes the next packet to transmit at `now`, if any (CoDel may drop some first).
-    fn dequeue(&mut self, now: Duration, drops: &mut dyn FnMut(QueuedPacket<P>, DropReason)) -> Option<QueuedPacket<P>>;
+    fn dequeue(&mut self, now: Duration, drops: &mut DropSink<'_, P>) -> Option<QueuedPacket<P>>;
     /// True when nothing waits.
     fn is_empty(&self) -> bool;
     /// Packets waiting.
@@ -76,7 +79,10 @@ struct Fifo<P> {
 
 impl<P> Fifo<P> {
     fn new() -> Self {
-        Fifo { items: VecDeque::with_capacity(1024), bytes: 0 }
+        Fifo {
+            items: VecDeque::with_capacity(1024),
+            bytes: 0,
+        }
     }
     fn push(&mut self, p: QueuedPacket<P>) {
         self.bytes += p.len_bytes;
@@ -100,7 +106,10 @@ pub struct DropTail<P> {
 impl<P> DropTail<P> {
     /// An empty drop-tail queue.
     pub fn new(limits: QueueLimits) -> Self {
-        DropTail { fifo: Fifo::new(), limits }
+        DropTail {
+            fifo: Fifo::new(),
+            limits,
+        }
     }
 }
 
@@ -109,16 +118,19 @@ impl<P> PacketQueue<P> for DropTail<P> {
         &mut self,
         _now: Duration,
         packet: QueuedPacket<P>,
-        _drops: &mut dyn FnMut(QueuedPacket<P>, DropReason),
+        _drops: &mut DropSink<'_, P>,
     ) -> Result<(), (QueuedPacket<P>, DropReason)> {
-        if self.limits.fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes) {
+        if self
+            .limits
+            .fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes)
+        {
             self.fifo.push(packet);
             Ok(())
         } else {
             Err((packet, DropReason::QueueFull))
         }
     }
-    fn dequeue(&mut self, _now: Duration, _d: &mut dyn FnMut(QueuedPacket<P>, DropReason)) -> Option<QueuedPacket<P>> {
+    fn dequeue(&mut self, _now: Duration, _d: &mut DropSink<'_, P>) -> Option<QueuedPacket<P>> {
         self.fifo.pop()
     }
     fn is_empty(&self) -> bool {
@@ -144,32 +156,38 @@ pub struct DropHead<P> {
 impl<P> DropHead<P> {
     /// An empty drop-head queue.
     pub fn new(limits: QueueLimits) -> Self {
-        DropHead { fifo: Fifo::new(), limits }
+        DropHead {
+            fifo: Fifo::new(),
+            limits,
+        }
     }
 }
 
 impl<P> PacketQueue<P> for DropHead<P> {
     fn enqueue(
         &mut self,
-        _now: Duration,
+        now: Duration,
         packet: QueuedPacket<P>,
-        drops: &mut dyn FnMut(QueuedPacket<P>, DropReason),
+        drops: &mut DropSink<'_, P>,
     ) -> Result<(), (QueuedPacket<P>, DropReason)> {
         // A packet that could not fit even into an empty queue is refused
         // rather than flushing everything for nothing.
         if !self.limits.fits(1, packet.len_bytes) {
             return Err((packet, DropReason::QueueFull));
         }
-        while !self.limits.fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes) {
+        while !self
+            .limits
+            .fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes)
+        {
             match self.fifo.pop() {
-                Some(old) => drops(old, DropReason::QueueHeadDrop),
+                Some(old) => drops(now, old, DropReason::QueueHeadDrop),
                 None => break,
             }
         }
         self.fifo.push(packet);
         Ok(())
     }
-    fn dequeue(&mut self, _now: Duration, _d: &mut dyn FnMut(QueuedPacket<P>, DropReason)) -> Option<QueuedPacket<P>> {
+    fn dequeue(&mut self, _now: Duration, _d: &mut DropSink<'_, P>) -> Option<QueuedPacket<P>> {
         self.fifo.pop()
     }
     fn is_empty(&self) -> bool {
@@ -198,7 +216,11 @@ pub struct CodelParams {
 
 impl Default for CodelParams {
     fn default() -> Self {
-        CodelParams { target: Duration::from_millis(5), interval: Duration::from_millis(100), max_packet_bytes: 1500 }
+        CodelParams {
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            max_packet_bytes: 1500,
+        }
     }
 }
 
@@ -268,9 +290,12 @@ impl<P> PacketQueue<P> for Codel<P> {
         &mut self,
         _now: Duration,
         packet: QueuedPacket<P>,
-        _drops: &mut dyn FnMut(QueuedPacket<P>, DropReason),
+        _drops: &mut DropSink<'_, P>,
     ) -> Result<(), (QueuedPacket<P>, DropReason)> {
-        if self.limits.fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes) {
+        if self
+            .limits
+            .fits(self.fifo.items.len() + 1, self.fifo.bytes + packet.len_bytes)
+        {
             self.fifo.push(packet);
             Ok(())
         } else {
@@ -278,7 +303,7 @@ impl<P> PacketQueue<P> for Codel<P> {
         }
     }
 
-    fn dequeue(&mut self, now: Duration, drops: &mut dyn FnMut(QueuedPacket<P>, DropReason)) -> Option<QueuedPacket<P>> {
+    fn dequeue(&mut self, now: Duration, drops: &mut DropSink<'_, P>) -> Option<QueuedPacket<P>> {
         let Some((mut head, mut ok_to_drop)) = self.pop_judged(now) else {
             self.dropping = false;
             return None;
@@ -288,7 +313,7 @@ impl<P> PacketQueue<P> for Codel<P> {
                 self.dropping = false;
             }
             while self.dropping && now >= self.drop_next {
-                drops(head, DropReason::Codel);
+                drops(now, head, DropReason::Codel);
                 self.count += 1;
                 match self.pop_judged(now) {
                     None => {
@@ -307,7 +332,7 @@ impl<P> PacketQueue<P> for Codel<P> {
                 }
             }
         } else if ok_to_drop {
-            drops(head, DropReason::Codel);
+            drops(now, head, DropReason::Codel);
             let next = self.pop_judged(now);
             self.dropping = true;
             // Re-enter with the previous drop rate if we left the dropping state
@@ -367,7 +392,7 @@ impl<P> PacketQueue<P> for Queue<P> {
         &mut self,
         now: Duration,
         packet: QueuedPacket<P>,
-        drops: &mut dyn FnMut(QueuedPacket<P>, DropReason),
+        drops: &mut DropSink<'_, P>,
     ) -> Result<(), (QueuedPacket<P>, DropReason)> {
         match self {
             Queue::DropTail(q) => q.enqueue(now, packet, drops),
@@ -376,7 +401,7 @@ impl<P> PacketQueue<P> for Queue<P> {
         }
     }
     #[inline]
-    fn dequeue(&mut self, now: Duration, drops: &mut dyn FnMut(QueuedPacket<P>, DropReason)) -> Option<QueuedPacket<P>> {
+    fn dequeue(&mut self, now: Duration, drops: &mut DropSink<'_, P>) -> Option<QueuedPacket<P>> {
         match self {
             Queue::DropTail(q) => q.dequeue(now, drops),
             Queue::DropHead(q) => q.dequeue(now, drops),
@@ -412,16 +437,24 @@ mod tests {
     use super::*;
 
     fn pkt(seq: u64, len: usize, at_ms: u64) -> QueuedPacket<u64> {
-        QueuedPacket { packet: seq, len_bytes: len, seq, enqueued_at: Duration::from_millis(at_ms) }
+        QueuedPacket {
+            packet: seq,
+            len_bytes: len,
+            seq,
+            enqueued_at: Duration::from_millis(at_ms),
+        }
     }
 
-    fn no_drops() -> impl FnMut(QueuedPacket<u64>, DropReason) {
-        |p, r| panic!("unexpected drop of {} ({r:?})", p.seq)
+    fn no_drops() -> impl FnMut(Duration, QueuedPacket<u64>, DropReason) {
+        |_, p, r| panic!("unexpected drop of {} ({r:?})", p.seq)
     }
 
     #[test]
     fn drop_tail_refuses_packets_beyond_the_packet_limit() {
-        let mut q = DropTail::new(QueueLimits { packets: Some(3), bytes: None });
+        let mut q = DropTail::new(QueueLimits {
+            packets: Some(3),
+            bytes: None,
+        });
         let mut d = no_drops();
         for i in 0..3 {
             assert!(q.enqueue(Duration::ZERO, pkt(i, 100, 0), &mut d).is_ok());
@@ -434,7 +467,10 @@ mod tests {
 
     #[test]
     fn drop_tail_refuses_packets_beyond_the_byte_limit() {
-        let mut q = DropTail::new(QueueLimits { packets: None, bytes: Some(3000) });
+        let mut q = DropTail::new(QueueLimits {
+            packets: None,
+            bytes: Some(3000),
+        });
         let mut d = no_drops();
         assert!(q.enqueue(Duration::ZERO, pkt(0, 1500, 0), &mut d).is_ok());
         assert!(q.enqueue(Duration::ZERO, pkt(1, 1500, 0), &mut d).is_ok());
@@ -444,13 +480,19 @@ mod tests {
 
     #[test]
     fn drop_head_drops_the_oldest() {
-        let mut q = DropHead::new(QueueLimits { packets: Some(3), bytes: None });
+        let mut q = DropHead::new(QueueLimits {
+            packets: Some(3),
+            bytes: None,
+        });
         let mut dropped = Vec::new();
-        let mut d = |p: QueuedPacket<u64>, r| dropped.push((p.seq, r));
+        let mut d = |_, p: QueuedPacket<u64>, r| dropped.push((p.seq, r));
         for i in 0..5 {
             assert!(q.enqueue(Duration::ZERO, pkt(i, 100, 0), &mut d).is_ok());
         }
-        assert_eq!(dropped, vec![(0, DropReason::QueueHeadDrop), (1, DropReason::QueueHeadDrop)]);
+        assert_eq!(
+            dropped,
+            vec![(0, DropReason::QueueHeadDrop), (1, DropReason::QueueHeadDrop)]
+        );
         let mut nd = no_drops();
         let left: Vec<u64> = std::iter::from_fn(|| q.dequeue(Duration::ZERO, &mut nd).map(|p| p.seq)).collect();
         assert_eq!(left, vec![2, 3, 4]);
@@ -467,11 +509,11 @@ mod tests {
         for t in 0..end {
             let now = Duration::from_millis(t);
             if t % arrival_ms == 0 && seq < packets {
-                q.enqueue(now, pkt(seq, 1500, t), &mut |_, _| drops += 1).unwrap();
+                q.enqueue(now, pkt(seq, 1500, t), &mut |_, _, _| drops += 1).unwrap();
                 seq += 1;
             }
             if t >= next_service && !q.is_empty() {
-                q.dequeue(now, &mut |_, _| drops += 1);
+                q.dequeue(now, &mut |_, _, _| drops += 1);
                 next_service = t + service_ms;
             }
         }
@@ -490,11 +532,12 @@ mod tests {
         let mut q = Codel::new(QueueLimits::default(), CodelParams::default());
         let mut drops = 0usize;
         for i in 0..20 {
-            q.enqueue(Duration::ZERO, pkt(i, 1500, 0), &mut |_, _| drops += 1).unwrap();
+            q.enqueue(Duration::ZERO, pkt(i, 1500, 0), &mut |_, _, _| drops += 1)
+                .unwrap();
         }
         let mut t = 0;
         while !q.is_empty() {
-            q.dequeue(Duration::from_millis(t), &mut |_, _| drops += 1);
+            q.dequeue(Duration::from_millis(t), &mut |_, _, _| drops += 1);
             t += 2;
         }
         assert_eq!(drops, 0);

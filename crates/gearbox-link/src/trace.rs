@@ -80,7 +80,12 @@ impl Trace {
     pub fn from_timestamps(timestamps_ms: Vec<u64>, name: &str) -> Result<Self, TraceError> {
         for (i, w) in timestamps_ms.windows(2).enumerate() {
             if w[1] < w[0] {
-                return Err(TraceError::Decreasing { file: name.into(), line: i + 2, value: w[1], previous: w[0] });
+                return Err(TraceError::Decreasing {
+                    file: name.into(),
+                    line: i + 2,
+                    value: w[1],
+                    previous: w[0],
+                });
             }
         }
         match timestamps_ms.last() {
@@ -99,13 +104,22 @@ impl Trace {
         let mut previous = 0u64;
         for (i, line) in lines[..last_content].iter().enumerate() {
             let lineno = i + 1;
-            let bad = || TraceError::NotAnInteger { file: name.into(), line: lineno, found: (*line).into() };
+            let bad = || TraceError::NotAnInteger {
+                file: name.into(),
+                line: lineno,
+                found: (*line).into(),
+            };
             if line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
             }
             let value: u64 = line.parse().map_err(|_| bad())?;
             if value < previous {
-                return Err(TraceError::Decreasing { file: name.into(), line: lineno, value, previous });
+                return Err(TraceError::Decreasing {
+                    file: name.into(),
+                    line: lineno,
+                    value,
+                    previous,
+                });
             }
             previous = value;
             out.push(value);
@@ -117,8 +131,10 @@ impl Trace {
     pub fn read_file(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: name.clone(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io {
+            file: name.clone(),
+            message: e.to_string(),
+        })?;
         Self::parse(&text, &name)
     }
 
@@ -134,8 +150,10 @@ impl Trace {
     /// Writes the trace in mahimahi format.
     pub fn write_file(&self, path: impl AsRef<Path>) -> Result<(), TraceError> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_mahimahi_string())
-            .map_err(|e| TraceError::Io { file: path.display().to_string(), message: e.to_string() })
+        std::fs::write(path, self.to_mahimahi_string()).map_err(|e| TraceError::Io {
+            file: path.display().to_string(),
+            message: e.to_string(),
+        })
     }
 
     /// The opportunity timestamps, ms.
@@ -160,13 +178,17 @@ impl Trace {
     pub fn binned_rate_bps(&self, bin_ms: u64) -> Vec<f64> {
         let bin_ms = bin_ms.max(1);
         let bins = self.period_ms().div_ceil(bin_ms) as usize;
-        let mut counts = vec![0u64; bins.max(1)];
+        let bins = bins.max(1);
+        let mut counts = vec![0u64; bins];
         for &t in &self.timestamps_ms {
             // An opportunity at exactly the period belongs to the last bin.
             let b = ((t.saturating_sub(1)) / bin_ms) as usize;
-            counts[b.min(counts.len() - 1)] += 1;
+            counts[b.min(bins - 1)] += 1;
         }
-        counts.iter().map(|&c| (c as usize * OPPORTUNITY_BYTES * 8) as f64 * 1000.0 / bin_ms as f64).collect()
+        counts
+            .iter()
+            .map(|&c| (c as usize * OPPORTUNITY_BYTES * 8) as f64 * 1000.0 / bin_ms as f64)
+            .collect()
     }
 
     /// Converts a throughput series into a trace.
@@ -180,14 +202,20 @@ impl Trace {
     /// deterministic and loses at most one opportunity in total.
     pub fn from_throughput_series(series: &[(f64, f64)], duration_s: f64) -> Result<Self, TraceError> {
         if !(duration_s.is_finite() && duration_s > 0.0) {
-            return Err(TraceError::Series(format!("duration_s must be positive, got {duration_s}")));
+            return Err(TraceError::Series(format!(
+                "duration_s must be positive, got {duration_s}"
+            )));
         }
         for (i, &(t, r)) in series.iter().enumerate() {
             if !(t.is_finite() && t >= 0.0 && r.is_finite() && r >= 0.0) {
-                return Err(TraceError::Series(format!("sample {i}: ({t}, {r}) must be finite and non-negative")));
+                return Err(TraceError::Series(format!(
+                    "sample {i}: ({t}, {r}) must be finite and non-negative"
+                )));
             }
             if i > 0 && t < series[i - 1].0 {
-                return Err(TraceError::Series(format!("sample {i}: time {t} s is before the previous sample")));
+                return Err(TraceError::Series(format!(
+                    "sample {i}: time {t} s is before the previous sample"
+                )));
             }
         }
         let duration_ms = (duration_s * 1000.0).round() as u64;
@@ -231,16 +259,35 @@ mod tests {
     #[test]
     fn trace_parser_errors_name_file_and_line() {
         let e = Trace::parse("1\n2\nabc\n4\n", "up.trace").unwrap_err();
-        assert_eq!(e, TraceError::NotAnInteger { file: "up.trace".into(), line: 3, found: "abc".into() });
+        assert_eq!(
+            e,
+            TraceError::NotAnInteger {
+                file: "up.trace".into(),
+                line: 3,
+                found: "abc".into()
+            }
+        );
         assert!(e.to_string().starts_with("up.trace:3:"), "{e}");
         let e = Trace::parse("1\n5\n4\n", "down.trace").unwrap_err();
         assert!(e.to_string().starts_with("down.trace:3:"), "{e}");
         for bad in ["-1\n", "1.5\n", " 2\n", "+3\n", "1\n\n2\n", "99999999999999999999999\n"] {
-            assert!(matches!(Trace::parse(bad, "f").unwrap_err(), TraceError::NotAnInteger { .. }), "{bad:?}");
+            assert!(
+                matches!(Trace::parse(bad, "f").unwrap_err(), TraceError::NotAnInteger { .. }),
+                "{bad:?}"
+            );
         }
-        assert_eq!(Trace::parse("", "e").unwrap_err(), TraceError::Empty { file: "e".into() });
-        assert_eq!(Trace::parse("\n\n", "e").unwrap_err(), TraceError::Empty { file: "e".into() });
-        assert_eq!(Trace::parse("0\n0\n", "z").unwrap_err(), TraceError::ZeroDuration { file: "z".into() });
+        assert_eq!(
+            Trace::parse("", "e").unwrap_err(),
+            TraceError::Empty { file: "e".into() }
+        );
+        assert_eq!(
+            Trace::parse("\n\n", "e").unwrap_err(),
+            TraceError::Empty { file: "e".into() }
+        );
+        assert_eq!(
+            Trace::parse("0\n0\n", "z").unwrap_err(),
+            TraceError::ZeroDuration { file: "z".into() }
+        );
         let e = Trace::read_file("/nonexistent/dir/t.trace").unwrap_err();
         assert!(e.to_string().contains("/nonexistent/dir/t.trace"), "{e}");
     }
