@@ -77,14 +77,22 @@ impl Cdf {
         let mut previous: Option<(f64, f64)> = None;
         for (index, &(value, probability)) in points.iter().enumerate() {
             if !value.is_finite() || !probability.is_finite() {
-                return Err(CdfError::NotFinite { index, value, probability });
+                return Err(CdfError::NotFinite {
+                    index,
+                    value,
+                    probability,
+                });
             }
             if !(0.0..=1.0).contains(&probability) {
                 return Err(CdfError::ProbabilityOutOfRange { index, probability });
             }
             if let Some((previous_value, previous_probability)) = previous {
                 if value < previous_value || probability < previous_probability {
-                    return Err(CdfError::NotMonotone { index, value, probability });
+                    return Err(CdfError::NotMonotone {
+                        index,
+                        value,
+                        probability,
+                    });
                 }
             }
             previous = Some((value, probability));
@@ -103,7 +111,9 @@ impl Cdf {
 
     /// The distribution that is always 0 (e.g. all requests of a click sent at once).
     pub fn zero() -> Self {
-        Self { points: vec![(0.0, 1.0)] }
+        Self {
+            points: vec![(0.0, 1.0)],
+        }
     }
 
     /// The `(value, cumulative probability)` points of the table.
@@ -186,13 +196,21 @@ impl TryFrom<Vec<[f64; 2]>> for Cdf {
     type Error = CdfError;
 
     fn try_from(table: Vec<[f64; 2]>) -> Result<Self, Self::Error> {
-        Self::new(table.into_iter().map(|[value, probability]| (value, probability)).collect())
+        Self::new(
+            table
+                .into_iter()
+                .map(|[value, probability]| (value, probability))
+                .collect(),
+        )
     }
 }
 
 impl From<Cdf> for Vec<[f64; 2]> {
     fn from(cdf: Cdf) -> Self {
-        cdf.points.into_iter().map(|(value, probability)| [value, probability]).collect()
+        cdf.points
+            .into_iter()
+            .map(|(value, probability)| [value, probability])
+            .collect()
     }
 }
 
@@ -230,10 +248,25 @@ mod tests {
     #[test]
     fn malformed_tables_are_rejected_with_the_reason() {
         assert_eq!(Cdf::new(vec![]), Err(CdfError::Empty));
-        assert!(matches!(Cdf::new(vec![(1.0, 0.5), (0.5, 1.0)]), Err(CdfError::NotMonotone { index: 1, .. })));
-        assert!(matches!(Cdf::new(vec![(1.0, 0.5), (2.0, 0.4)]), Err(CdfError::NotMonotone { index: 1, .. })));
-        assert!(matches!(Cdf::new(vec![(1.0, 1.5)]), Err(CdfError::ProbabilityOutOfRange { .. })));
-        assert!(matches!(Cdf::new(vec![(1.0, 0.2), (2.0, 0.9)]), Err(CdfError::DoesNotEndAtOne { .. })));
-        assert!(matches!(Cdf::new(vec![(f64::NAN, 1.0)]), Err(CdfError::NotFinite { .. })));
+        assert!(matches!(
+            Cdf::new(vec![(1.0, 0.5), (0.5, 1.0)]),
+            Err(CdfError::NotMonotone { index: 1, .. })
+        ));
+        assert!(matches!(
+            Cdf::new(vec![(1.0, 0.5), (2.0, 0.4)]),
+            Err(CdfError::NotMonotone { index: 1, .. })
+        ));
+        assert!(matches!(
+            Cdf::new(vec![(1.0, 1.5)]),
+            Err(CdfError::ProbabilityOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Cdf::new(vec![(1.0, 0.2), (2.0, 0.9)]),
+            Err(CdfError::DoesNotEndAtOne { .. })
+        ));
+        assert!(matches!(
+            Cdf::new(vec![(f64::NAN, 1.0)]),
+            Err(CdfError::NotFinite { .. })
+        ));
     }
 }

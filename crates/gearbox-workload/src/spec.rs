@@ -195,7 +195,11 @@ pub(crate) struct FieldProblem {
 
 impl FieldProblem {
     pub(crate) fn new(table: &'static str, key: &'static str, message: impl Into<String>) -> Self {
-        Self { table, key, message: message.into() }
+        Self {
+            table,
+            key,
+            message: message.into(),
+        }
     }
 }
 
@@ -207,7 +211,10 @@ impl WorkloadSpec {
 
     /// The TOML text of a built-in workload, to show or to copy as a starting point.
     pub fn builtin_text(name: &str) -> Option<&'static str> {
-        BUILTINS.iter().find(|(builtin, _)| *builtin == name).map(|(_, text)| *text)
+        BUILTINS
+            .iter()
+            .find(|(builtin, _)| *builtin == name)
+            .map(|(_, text)| *text)
     }
 
     /// A built-in workload by name (`feed`, `app`, `search`, `bulk`, `page`).
@@ -224,8 +231,10 @@ impl WorkloadSpec {
     /// Reads a workload file.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self, WorkloadError> {
         let path = path.as_ref();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| WorkloadError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Self::from_toml_str(&text, &path.display().to_string())
     }
 
@@ -256,7 +265,10 @@ impl WorkloadSpec {
             description: format!("one transfer of {size_bytes} bytes"),
             connection: ConnectionReuse::PerRequest,
             clicks: None,
-            bulk: Some(BulkSpec { size_bytes, request_bytes: default_bulk_request_bytes() }),
+            bulk: Some(BulkSpec {
+                size_bytes,
+                request_bytes: default_bulk_request_bytes(),
+            }),
             page: None,
             clients: None,
         }
@@ -288,9 +300,19 @@ impl WorkloadSpec {
         let sections = [self.clicks.is_some(), self.bulk.is_some(), self.page.is_some()];
         match sections.iter().filter(|present| **present).count() {
             1 => {}
-            0 => return Err(FieldProblem::new("", "name", "a workload needs one of the sections [clicks], [bulk], [page]")),
+            0 => {
+                return Err(FieldProblem::new(
+                    "",
+                    "name",
+                    "a workload needs one of the sections [clicks], [bulk], [page]",
+                ))
+            }
             _ => {
-                let second = if self.clicks.is_some() && self.bulk.is_some() { "bulk" } else { "page" };
+                let second = if self.clicks.is_some() && self.bulk.is_some() {
+                    "bulk"
+                } else {
+                    "page"
+                };
                 return Err(FieldProblem::new(
                     second,
                     "",
@@ -311,10 +333,18 @@ impl WorkloadSpec {
         }
         if let Some(clients) = &self.clients {
             if !(1..=256).contains(&clients.hosts_per_prefix) {
-                return Err(FieldProblem::new("clients", "hosts_per_prefix", "must be between 1 and 256"));
+                return Err(FieldProblem::new(
+                    "clients",
+                    "hosts_per_prefix",
+                    "must be between 1 and 256",
+                ));
             }
             if clients.prefix_index.min() < 0.0 || clients.prefix_index.max() >= f64::from(1u32 << 24) {
-                return Err(FieldProblem::new("clients", "prefix_index", "prefix indices must lie in [0, 2^24)"));
+                return Err(FieldProblem::new(
+                    "clients",
+                    "prefix_index",
+                    "prefix indices must lie in [0, 2^24)",
+                ));
             }
         }
         Ok(())
@@ -327,10 +357,18 @@ impl ClickSpec {
         non_negative(&self.gap_ms, "clicks", "gap_ms")?;
         non_negative(&self.request_bytes, "clicks", "request_bytes")?;
         if self.requests_per_click.max() < 0.5 {
-            return Err(FieldProblem::new("clicks", "requests_per_click", "a click has at least one request"));
+            return Err(FieldProblem::new(
+                "clicks",
+                "requests_per_click",
+                "a click has at least one request",
+            ));
         }
         if self.requests_per_click.min() < 0.0 {
-            return Err(FieldProblem::new("clicks", "requests_per_click", "counts cannot be negative"));
+            return Err(FieldProblem::new(
+                "clicks",
+                "requests_per_click",
+                "counts cannot be negative",
+            ));
         }
         match (&self.response_bytes, &self.response_mss) {
             (Some(bytes), None) => non_negative(bytes, "clicks", "response_bytes")?,
@@ -343,14 +381,26 @@ impl ClickSpec {
                 ))
             }
             (None, None) => {
-                return Err(FieldProblem::new("clicks", "", "missing response sizes: add response_bytes or response_mss"))
+                return Err(FieldProblem::new(
+                    "clicks",
+                    "",
+                    "missing response sizes: add response_bytes or response_mss",
+                ))
             }
         }
         if self.mss_bytes == Some(0) {
-            return Err(FieldProblem::new("clicks", "mss_bytes", "a segment has at least 1 byte"));
+            return Err(FieldProblem::new(
+                "clicks",
+                "mss_bytes",
+                "a segment has at least 1 byte",
+            ));
         }
         if self.mss_bytes.is_some() && self.response_mss.is_none() {
-            return Err(FieldProblem::new("clicks", "mss_bytes", "mss_bytes only applies to response_mss"));
+            return Err(FieldProblem::new(
+                "clicks",
+                "mss_bytes",
+                "mss_bytes only applies to response_mss",
+            ));
         }
         Ok(())
     }
@@ -363,7 +413,11 @@ impl ClickSpec {
 
 pub(crate) fn non_negative(cdf: &Cdf, table: &'static str, key: &'static str) -> Result<(), FieldProblem> {
     if cdf.min() < 0.0 {
-        Err(FieldProblem::new(table, key, format!("values cannot be negative (smallest is {})", cdf.min())))
+        Err(FieldProblem::new(
+            table,
+            key,
+            format!("values cannot be negative (smallest is {})", cdf.min()),
+        ))
     } else {
         Ok(())
     }
@@ -390,7 +444,13 @@ fn toml_error(text: &str, source_name: &str, error: &toml::de::Error) -> Workloa
         Some(name) => name.to_string(),
         None => key_at(text, offset).unwrap_or_default(),
     };
-    WorkloadError::Invalid { source_name: source_name.to_string(), line, column, field: dotted(&table, &key), message }
+    WorkloadError::Invalid {
+        source_name: source_name.to_string(),
+        line,
+        column,
+        field: dotted(&table, &key),
+        message,
+    }
 }
 
 /// Locates a post-parse problem in the text by its table and key.
@@ -435,11 +495,18 @@ fn table_at(text: &str, offset: usize) -> String {
     table
 }
 
+/// The table name if the line is a table header (`[a.b]`, `[[a]]`, or a broken `[a`); rows
+/// of multi-line arrays such as `[100, 0.5],` are not headers.
 fn header_of(line: &str) -> Option<String> {
     let trimmed = line.trim();
-    let inner = trimmed.strip_prefix('[')?;
-    let end = inner.find(']')?;
-    Some(inner[..end].trim_matches(['[', ' ']).trim().to_string())
+    let inner = trimmed.strip_prefix('[')?.trim_start_matches('[');
+    let name = inner.split(']').next().unwrap_or(inner).trim();
+    let starts_like_a_key = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '"' || c == '_');
+    let is_header = starts_like_a_key && !name.contains(',') && !name.contains('=');
+    is_header.then(|| name.to_string())
 }
 
 /// The key whose value contains the byte offset: the nearest `key =` at or above it,
