@@ -52,13 +52,13 @@ pub enum WorkloadError {
     },
     /// The file is not valid TOML, or a field is missing, unknown, of the wrong type or out
     /// of range.
-    #[error("{source_name}, line {line}, column {column}, field `{field}`: {message}")]
+    #[error("{source_name}{}, field `{field}`: {message}", at_line(*.line, *.column))]
     Invalid {
         /// The file (or built-in name) the text came from.
         source_name: String,
-        /// 1-based line of the problem.
+        /// 1-based line of the problem; 0 for a spec built in code.
         line: usize,
-        /// 1-based column of the problem.
+        /// 1-based column of the problem; 0 for a spec built in code.
         column: usize,
         /// Dotted path of the field, e.g. `clicks.gap_ms`.
         field: String,
@@ -71,6 +71,14 @@ pub enum WorkloadError {
         /// The workload's name.
         name: String,
     },
+}
+
+fn at_line(line: usize, column: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(", line {line}, column {column}")
+    }
 }
 
 /// When the client opens a new connection instead of reusing one.

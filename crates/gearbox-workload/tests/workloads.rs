@@ -190,6 +190,17 @@ fn pages_match_flexhttp_table1_and_span_sailfish_sites() {
     let mean_bytes = pages.iter().map(|p| p.total_bytes() as f64).sum::<f64>() / count;
     assert_near("page mean files", mean_files, 36.06, 36.06 * 0.05);
     assert_near("page mean bytes (MB)", mean_bytes / 1e6, 1.08, 1.08 * 0.07);
+    let std_files = (files.iter().map(|&f| (f as f64 - mean_files).powi(2)).sum::<f64>() / count).sqrt();
+    assert_near("page std of files per page", std_files, 25.0, 25.0 * 0.15);
+    let std_mb = (pages
+        .iter()
+        .map(|p| (p.total_bytes() as f64 - mean_bytes).powi(2))
+        .sum::<f64>()
+        / count)
+        .sqrt()
+        / 1e6;
+    // Table 1 reports 0.56 MB; not a target of the generator (see docs/workloads.md).
+    println!("page std of page bytes: {std_mb:.3} MB (Table 1: 0.56 MB)");
     let min = files.iter().min().copied().unwrap_or(0);
     let max = files.iter().max().copied().unwrap_or(0);
     println!("page files per page: min {min}, max {max}");
@@ -488,4 +499,26 @@ fn cdf_statistics_of_the_shipped_tables_match_their_comments() {
     assert!((page.css.size_bytes.mean() - 40_000.0 / 2.28).abs() < 1.0);
     assert!((page.js.size_bytes.mean() - 180_000.0 / 5.66).abs() < 1.0);
     assert!((page.image.size_bytes.mean() - 720_000.0 / 24.58).abs() < 1.0);
+}
+
+#[test]
+fn a_spec_built_in_code_is_validated_too() {
+    let mut spec = WorkloadSpec::bulk(10);
+    spec.bulk = None;
+    let error = spec.validate().unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("workload `bulk`, field `name`: a workload needs one of"),
+        "{error}"
+    );
+    assert!(
+        spec.generate(1, Limit::Requests(5)).is_empty(),
+        "a spec without a pattern yields no requests"
+    );
+    spec.bulk = Some(gearbox_workload::BulkSpec {
+        size_bytes: 0,
+        request_bytes: 1,
+    });
+    assert!(spec.validate().unwrap_err().to_string().contains("bulk.size_bytes"));
 }
