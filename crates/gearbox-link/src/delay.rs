@@ -181,7 +181,7 @@ mod tests {
         for i in 0..10_000u64 {
             line.push(Duration::from_micros(i * 100), i, &mut rng);
         }
-        std::iter::from_fn(|| line.pop(Duration::MAX).map(|(t, p)| (t, p))).collect()
+        std::iter::from_fn(|| line.pop(Duration::MAX)).collect()
     }
 
     #[test]
