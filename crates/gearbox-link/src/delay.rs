@@ -112,9 +112,9 @@ impl<P> DelayLine<P> {
         if !self.params.jitter.is_zero() {
             let j = self.params.jitter.as_secs_f64() * (2.0 * rng.random::<f64>() - 1.0);
             at = if j >= 0.0 {
-                at.saturating_add(Duration::from_secs_f64(j))
+                at.saturating_add(crate::secs(j))
             } else {
-                at.saturating_sub(Duration::from_secs_f64(-j))
+                at.saturating_sub(crate::secs(-j))
             };
         }
         self.order += 1;

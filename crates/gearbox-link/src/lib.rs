@@ -47,6 +47,12 @@ pub use policer::{PolicerConfig, Protocol};
 pub use rate::Rate;
 pub use trace::{Trace, TraceError};
 
+/// Seconds to a `Duration`, saturating instead of panicking on absurd values
+/// (a config field of 1e300 ms must not crash the emulator).
+pub(crate) fn secs(v: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(v.max(0.0)).unwrap_or(std::time::Duration::MAX)
+}
+
 /// The stage of the chain that dropped a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {

@@ -149,7 +149,7 @@ fn resolve_rate(
 }
 
 fn delay_params(delay_ms: Option<f64>, jitter_ms: Option<f64>, allow_reorder: bool) -> DelayParams {
-    let ms = |v: Option<f64>| Duration::from_secs_f64(v.unwrap_or(0.0).max(0.0) / 1000.0);
+    let ms = |v: Option<f64>| crate::secs(v.unwrap_or(0.0).max(0.0) / 1000.0);
     DelayParams {
         delay: ms(delay_ms),
         jitter: ms(jitter_ms),
@@ -192,7 +192,7 @@ impl<P: AsRef<[u8]>> Link<P> {
         for spec in config.schedule {
             let rate = resolve_rate(spec.rate_bps, &spec.trace_file, &spec.trace)?;
             schedule.push(Change {
-                at: Duration::from_secs_f64(spec.at_ms / 1000.0),
+                at: crate::secs(spec.at_ms / 1000.0),
                 rate,
                 spec,
             });
@@ -200,8 +200,8 @@ impl<P: AsRef<[u8]>> Link<P> {
         schedule.sort_by_key(|c| c.at);
         let q = &config.queue;
         let codel = CodelParams {
-            target: Duration::from_secs_f64(q.codel_target_ms / 1000.0),
-            interval: Duration::from_secs_f64(q.codel_interval_ms / 1000.0),
+            target: crate::secs(q.codel_target_ms / 1000.0),
+            interval: crate::secs(q.codel_interval_ms / 1000.0),
             ..CodelParams::default()
         };
         let limits = QueueLimits::default();

@@ -351,3 +351,35 @@ fn a_missing_trace_file_is_an_error_naming_it() {
     let e = Link::<Vec<u8>>::new(c, 1).unwrap_err();
     assert!(e.to_string().contains("/no/such/file.trace"), "{e}");
 }
+
+#[test]
+fn codel_link_drops_under_a_standing_queue_but_not_a_short_burst() {
+    let codel = || {
+        let mut c = LinkConfig::constant(12_000_000);
+        c.queue.discipline = gearbox_link::Discipline::Codel;
+        c.queue.limit_packets = Some(10_000);
+        c.log_events = true;
+        Link::<Vec<u8>>::new(c, 1).unwrap()
+    };
+    // Standing queue: 2x overload for 5 s.
+    let mut link = codel();
+    for i in 0..10_000u64 {
+        let t = Duration::from_micros(i * 500);
+        link.enqueue(t, ipv4(6, 1500));
+        drain(&mut link, t);
+    }
+    let events = link.drain_events();
+    let codel_drops = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Drop(DropReason::Codel))
+        .count();
+    assert!(codel_drops > 100, "{codel_drops}");
+    assert!(events.iter().all(|e| e.kind != EventKind::Drop(DropReason::QueueFull)));
+    // Short burst: 30 packets at once drain in 30 ms < 100 ms interval.
+    let mut link = codel();
+    for _ in 0..30 {
+        link.enqueue(Duration::ZERO, ipv4(6, 1500));
+    }
+    assert_eq!(drain(&mut link, Duration::from_secs(1)).len(), 30);
+    assert_eq!(link.stats().queue_drops, 0);
+}
