@@ -110,14 +110,14 @@ pub struct EdgeRecord {
     pub conn_id: u64,
     /// Client socket address as the edge sees it.
     pub client_addr: String,
-    /// h1, h2 or h3.
-    pub protocol: Protocol,
-    /// HTTP method.
+    /// h1, h2 or h3 (`null` when the handshake failed before ALPN chose).
+    pub protocol: Option<Protocol>,
+    /// HTTP method (empty when no request arrived).
     pub method: String,
-    /// Request path (and query).
+    /// Request path and query (empty when no request arrived).
     pub path: String,
-    /// Response status code.
-    pub status: u16,
+    /// Response status code (`null` when no response was sent).
+    pub status: Option<u16>,
     /// Response body bytes written.
     pub bytes: u64,
     /// Milliseconds from the first response byte written to the last byte acknowledged

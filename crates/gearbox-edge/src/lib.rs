@@ -1,1 +1,251 @@
-//! (being written)
+//! `gearbox edge`: the edge server. HTTPS over the kernel's TCP (TLS 1.3, ALPN h2
+//! and http/1.1, served by hyper) and HTTP/3 over QUIC (quinn + h3), on the same
+//! port number by default, advertising h3 with `Alt-Svc`.
+//!
+//! Every request leaves one [`EdgeRecord`](gearbox_dataplane::telemetry::EdgeRecord)
+//! with the server time until its last byte was acknowledged and a snapshot of the
+//! connection's transport state. New connections ask a [`ConnectionPolicy`] for
+//! their congestion controller and initial window: the hook where the Floo and
+//! TCP WISE gears plug in (DESIGN.md "Data plane").
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gearbox_dataplane::telemetry::TelemetrySink;
+use gearbox_dataplane::tls::{self, TlsError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub mod config;
+pub mod h3_ack;
+pub mod metrics;
+pub mod policy;
+pub mod service;
+
+mod admin;
+mod quic;
+mod tcp;
+
+pub use config::{ConfigError, EdgeConfig};
+pub use metrics::Metrics;
+pub use policy::{ConnectionPolicy, QuicChoice, StaticPolicy};
+
+/// How long in-flight requests get to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Why the edge cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Certificate or key problem.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A listen address cannot be bound.
+    #[error("cannot listen on {addr} ({what}): {reason}")]
+    Bind {
+        /// Which listener ("TCP", "QUIC/UDP", "admin").
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The telemetry file cannot be opened.
+    #[error("cannot open telemetry file {path}: {source}")]
+    Telemetry {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn bind_error(what: &'static str, addr: SocketAddr, e: &std::io::Error) -> EdgeError {
+    let reason = match e.kind() {
+        std::io::ErrorKind::AddrInUse => "the port is already in use; choose another with --listen".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied (ports below 1024 need root)".to_string(),
+        _ => e.to_string(),
+    };
+    EdgeError::Bind { what, addr, reason }
+}
+
+/// State shared by every connection of an edge.
+pub struct Shared {
+    /// The configuration it runs with.
+    pub config: EdgeConfig,
+    /// Where request records go.
+    pub telemetry: TelemetrySink,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Per-connection choices.
+    pub policy: Arc<dyn ConnectionPolicy>,
+    /// Reverse proxy, when an upstream is configured.
+    pub proxy: Option<service::Proxy>,
+    /// `Alt-Svc` value sent on TCP responses.
+    pub alt_svc: Option<http::HeaderValue>,
+    next_conn_id: AtomicU64,
+    tls_tcp: tokio_rustls::TlsAcceptor,
+    quic_crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
+    quic_configs: Mutex<HashMap<QuicChoice, Arc<quinn::ServerConfig>>>,
+    /// In-flight connections, requests and record writers; shutdown waits for them.
+    tracker: TaskTracker,
+}
+
+impl Shared {
+    fn conn_id(&self) -> u64 {
+        self.next_conn_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The quinn server config for a choice, built once per distinct choice.
+    fn quic_config(&self, choice: &QuicChoice) -> Arc<quinn::ServerConfig> {
+        let mut cache = self.quic_configs.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(choice.clone())
+            .or_insert_with(|| Arc::new(quic_server_config(&self.quic_crypto, choice, self.config.idle_timeout_ms)))
+            .clone()
+    }
+}
+
+fn quic_server_config(
+    crypto: &Arc<quinn::crypto::rustls::QuicServerConfig>,
+    choice: &QuicChoice,
+    idle_timeout_ms: u64,
+) -> quinn::ServerConfig {
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .congestion_controller_factory(choice.cc.factory(choice.initial_window_packets))
+        .max_concurrent_bidi_streams(1024u32.into())
+        .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(idle_timeout_ms)).ok());
+    let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
+    sc.transport_config(Arc::new(transport));
+    sc
+}
+
+/// A bound, not yet serving, edge.
+pub struct Edge {
+    shared: Arc<Shared>,
+    tcp: tokio::net::TcpListener,
+    quic: quinn::Endpoint,
+    admin: Option<tokio::net::TcpListener>,
+}
+
+impl Edge {
+    /// Validates the config, loads the certificate and binds every listener.
+    /// Must be called inside a tokio runtime.
+    pub async fn bind(config: EdgeConfig, policy: Arc<dyn ConnectionPolicy>) -> Result<Edge, EdgeError> {
+        config.validate()?;
+        let certs = tls::load_certs(&config.cert)?;
+        let key = tls::load_key(&config.key)?;
+        let tcp_tls = tls::server_config(certs.clone(), key.clone_key(), &tls::ALPN_TCP)?;
+        let quic_tls = tls::server_config(certs, key, &[tls::ALPN_H3])?;
+        let quic_crypto = Arc::new(
+            quinn::crypto::rustls::QuicServerConfig::try_from(quic_tls)
+                .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?,
+        );
+
+        let tcp = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| bind_error("TCP", config.listen, &e))?;
+        let tcp_addr = tcp.local_addr().map_err(|e| bind_error("TCP", config.listen, &e))?;
+        let mut quic_addr = config.quic_addr();
+        if config.quic_listen.is_none() {
+            quic_addr.set_port(tcp_addr.port());
+        }
+        let admin = match config.admin_listen {
+            Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| bind_error("admin", a, &e))?),
+            None => None,
+        };
+        let telemetry = match &config.telemetry {
+            Some(p) => TelemetrySink::to_file(p).map_err(|source| EdgeError::Telemetry { path: p.clone(), source })?,
+            None => TelemetrySink::disabled(),
+        };
+        let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
+        let default_choice = policy.quic(quic_addr, std::time::SystemTime::now());
+        let quic = quinn::Endpoint::server(quic_server_config(&quic_crypto, &default_choice, config.idle_timeout_ms), quic_addr)
+            .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
+        let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
+        let alt_svc = config
+            .alt_svc
+            .then(|| http::HeaderValue::from_str(&format!("h3=\":{quic_port}\"; ma=86400")).ok())
+            .flatten();
+        let shared = Arc::new(Shared {
+            alt_svc,
+            config,
+            telemetry,
+            metrics: Arc::new(Metrics::default()),
+            policy,
+            proxy,
+            next_conn_id: AtomicU64::new(1),
+            tls_tcp: tokio_rustls::TlsAcceptor::from(Arc::new(tcp_tls)),
+            quic_crypto,
+            quic_configs: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+        });
+        Ok(Edge { shared, tcp, quic, admin })
+    }
+
+    /// The TCP (h2, http/1.1) address.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp.local_addr().unwrap_or(self.shared.config.listen)
+    }
+
+    /// The QUIC (h3) address.
+    pub fn quic_addr(&self) -> SocketAddr {
+        self.quic.local_addr().unwrap_or(self.shared.config.quic_addr())
+    }
+
+    /// The admin (`/metrics`) address, if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|a| a.local_addr().ok())
+    }
+
+    /// The edge's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, lets in-flight
+    /// requests finish (up to [`SHUTDOWN_GRACE`]) and flushes telemetry.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let cancel = CancellationToken::new();
+        let Edge { shared, tcp, quic, admin } = self;
+        let tcp_task = tokio::spawn(tcp::accept_loop(shared.clone(), tcp, cancel.clone()));
+        let quic_task = tokio::spawn(quic::accept_loop(shared.clone(), quic.clone(), cancel.clone()));
+        let admin_task = admin.map(|a| tokio::spawn(admin::serve(shared.metrics.clone(), a, cancel.clone())));
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        cancel.cancel();
+        let _ = tcp_task.await;
+        let _ = quic_task.await;
+        shared.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, shared.tracker.wait()).await.is_err() {
+            tracing::warn!("requests still running after {SHUTDOWN_GRACE:?}; stopping anyway");
+        }
+        quic.close(0u32.into(), b"edge shutting down");
+        let _ = tokio::time::timeout(Duration::from_secs(2), quic.wait_idle()).await;
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+        shared.telemetry.flush().await;
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

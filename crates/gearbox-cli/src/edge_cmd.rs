@@ -1,0 +1,122 @@
+//! `gearbox edge`: run the edge server until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+
+/// Arguments of `gearbox edge`. Each flag overrides the same field of `--config`.
+#[derive(clap::Args, Debug, Default)]
+pub struct EdgeArgs {
+    /// TOML file with any of the fields below (docs/edge.md); flags win over it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// TCP listen address (HTTPS with h2 and http/1.1) [default: 127.0.0.1:4433].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// UDP listen address for QUIC (h3) [default: the TCP address and port].
+    #[arg(long)]
+    pub quic_listen: Option<SocketAddr>,
+    /// Admin address serving /metrics (plain HTTP).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// Certificate chain, PEM (make one with `gearbox cert`) [default: cert.pem].
+    #[arg(long)]
+    pub cert: Option<PathBuf>,
+    /// Private key, PEM [default: key.pem].
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+    /// QUIC congestion controller: newreno, cubic or bbr [default: cubic].
+    #[arg(long)]
+    pub cc: Option<QuicCc>,
+    /// QUIC initial congestion window, in packets of 1200 bytes [default: RFC 9002's].
+    #[arg(long)]
+    pub initial_window: Option<u32>,
+    /// Kernel TCP congestion control per socket: reno, cubic or bbr [default: the system's].
+    #[arg(long)]
+    pub tcp_cc: Option<TcpCc>,
+    /// Largest n served by /bytes/{n} [default: 1073741824].
+    #[arg(long)]
+    pub max_bytes: Option<u64>,
+    /// Directory whose files are served.
+    #[arg(long)]
+    pub static_dir: Option<PathBuf>,
+    /// Origin (http://host:port) that gets every request no other route takes.
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Per-request telemetry file (JSON lines; `-` for stdout).
+    #[arg(long)]
+    pub telemetry: Option<PathBuf>,
+    /// Do not send Alt-Svc for h3.
+    #[arg(long)]
+    pub no_alt_svc: bool,
+}
+
+impl EdgeArgs {
+    /// The configuration: the file's (or the defaults), then the flags.
+    pub fn config(&self) -> anyhow::Result<EdgeConfig> {
+        let mut c = match &self.config {
+            Some(p) => EdgeConfig::from_file(p)?,
+            None => EdgeConfig::default(),
+        };
+        macro_rules! set {
+            ($($f:ident => $g:ident),*) => {$( if let Some(v) = &self.$f { c.$g = v.clone().into(); } )*};
+        }
+        set!(listen => listen, cert => cert, key => key, cc => cc, max_bytes => max_bytes);
+        if self.quic_listen.is_some() {
+            c.quic_listen = self.quic_listen;
+        }
+        if self.admin.is_some() {
+            c.admin_listen = self.admin;
+        }
+        if self.initial_window.is_some() {
+            c.initial_window = self.initial_window;
+        }
+        if self.tcp_cc.is_some() {
+            c.tcp_cc = self.tcp_cc;
+        }
+        if self.static_dir.is_some() {
+            c.static_dir = self.static_dir.clone();
+        }
+        if self.upstream.is_some() {
+            c.upstream = self.upstream.clone();
+        }
+        if self.telemetry.is_some() {
+            c.telemetry = self.telemetry.clone();
+        }
+        if self.no_alt_svc {
+            c.alt_svc = false;
+        }
+        Ok(c)
+    }
+}
+
+/// The static policy the flags describe.
+pub fn static_policy(c: &EdgeConfig) -> Arc<StaticPolicy> {
+    Arc::new(StaticPolicy {
+        quic: QuicChoice { cc: c.cc, initial_window_packets: c.initial_window },
+        tcp: c.tcp_cc,
+    })
+}
+
+/// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.
+pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
+    let config = a.config()?;
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let policy = static_policy(&config);
+        let edge = Edge::bind(config, policy).await?;
+        eprintln!(
+            "gearbox edge: https://{} (h2, http/1.1) and h3 on udp {}{}",
+            edge.tcp_addr(),
+            edge.quic_addr(),
+            edge.admin_addr().map(|a| format!("; metrics on http://{a}/metrics")).unwrap_or_default()
+        );
+        edge.serve(gearbox_edge::shutdown_signal()).await;
+        eprintln!("gearbox edge: stopped");
+        Ok(())
+    })
+}

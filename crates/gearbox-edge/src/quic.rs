@@ -1,0 +1,225 @@
+//! The QUIC side: per-connection controller choice through `Incoming::accept_with`,
+//! HTTP/3 through h3 on [`crate::h3_ack`], and "last byte acknowledged" from quinn.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Buf, Bytes, BytesMut};
+use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
+use gearbox_dataplane::transport;
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::h3_ack::{AckConnection, AckOutcome, AckWatch, Bidi};
+use crate::service::{respond, RequestBody};
+use crate::Shared;
+
+/// Longest wait for the client to acknowledge a response's last byte.
+const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+type H3Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
+
+struct Conn {
+    shared: Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    quinn: quinn::Connection,
+    cc: String,
+    watch: AckWatch,
+}
+
+fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
+    EdgeRecord {
+        side: Side::Edge,
+        schema: SCHEMA_VERSION,
+        time_unix_ms: unix_ms_now(),
+        conn_id: id,
+        client_addr: peer.to_string(),
+        protocol: Some(Protocol::H3),
+        method: String::new(),
+        path: String::new(),
+        status: None,
+        bytes: 0,
+        server_time_ms: None,
+        server_time_source: None,
+        transport: None,
+        error: (!error.is_empty()).then(|| error.to_string()),
+    }
+    .with_shared(shared)
+}
+
+trait WithShared {
+    fn with_shared(self, shared: &Shared) -> Self;
+}
+
+impl WithShared for EdgeRecord {
+    fn with_shared(self, shared: &Shared) -> Self {
+        if self.error.is_some() {
+            shared.metrics.handshake_failures_quic.fetch_add(1, Ordering::Relaxed);
+        }
+        self
+    }
+}
+
+pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, cancel: CancellationToken) {
+    loop {
+        let incoming = tokio::select! {
+            _ = cancel.cancelled() => break,
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        let peer = incoming.remote_address();
+        let choice = shared.policy.quic(peer, SystemTime::now());
+        let config = shared.quic_config(&choice);
+        let id = shared.conn_id();
+        match incoming.accept_with(config) {
+            Ok(connecting) => {
+                let shared2 = shared.clone();
+                let cancel2 = cancel.clone();
+                let cc = choice.cc.name().to_string();
+                shared.tracker.spawn(async move { connection(shared2, connecting, id, peer, cc, cancel2).await });
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "QUIC connection refused");
+                shared.telemetry.write(&record(&shared, id, peer, "quic_handshake"));
+            }
+        }
+    }
+    endpoint.set_server_config(None);
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    connecting: quinn::Connecting,
+    id: u64,
+    peer: SocketAddr,
+    cc: String,
+    cancel: CancellationToken,
+) {
+    let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
+    let quinn = match tokio::time::timeout(handshake, connecting).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "QUIC handshake failed");
+            shared.telemetry.write(&record(&shared, id, peer, "quic_handshake"));
+            return;
+        }
+        Err(_) => {
+            shared.telemetry.write(&record(&shared, id, peer, "quic_handshake_timeout"));
+            return;
+        }
+    };
+    let _open = shared.metrics.connection(Protocol::H3);
+    let watch = AckWatch::default();
+    let mut h3conn = match h3::server::builder().build::<_, Bytes>(AckConnection::new(quinn.clone(), watch.clone())).await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "HTTP/3 setup failed");
+            return;
+        }
+    };
+    let conn = Arc::new(Conn { shared: shared.clone(), id, peer, quinn, cc, watch });
+    let mut closing = false;
+    loop {
+        let next = if closing {
+            h3conn.accept().await
+        } else {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    // GOAWAY: the client finishes what it sent and opens no more requests here.
+                    closing = true;
+                    let _ = h3conn.shutdown(0).await;
+                    continue;
+                }
+                r = h3conn.accept() => r,
+            }
+        };
+        match next {
+            Ok(Some(resolver)) => {
+                let conn = conn.clone();
+                shared.tracker.spawn(async move {
+                    match resolver.resolve_request().await {
+                        Ok((req, stream)) => request(conn, req, stream).await,
+                        Err(e) => tracing::debug!(error = %e, "bad HTTP/3 request"),
+                    }
+                });
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "HTTP/3 connection ended");
+                break;
+            }
+        }
+    }
+}
+
+async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) {
+    let time_unix_ms = unix_ms_now();
+    let (parts, ()) = req.into_parts();
+    let mut rec = record(&conn.shared, conn.id, conn.peer, "");
+    rec.time_unix_ms = time_unix_ms;
+    rec.method = parts.method.to_string();
+    rec.path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let outcome = serve(&conn, parts, &mut stream).await;
+    match outcome {
+        Ok((status, bytes, first_byte, ack)) => {
+            rec.status = Some(status);
+            rec.bytes = bytes;
+            let (at, source) = match ack {
+                Some(AckOutcome::Acked(at)) => (at, "quic_stream_acked"),
+                _ => (Instant::now(), "written"),
+            };
+            rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
+            rec.server_time_source = Some(source.into());
+            conn.shared.metrics.request(Protocol::H3, bytes);
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "HTTP/3 request failed");
+            rec.error = Some("reset".into());
+        }
+    }
+    rec.transport = Some(transport::quic_snapshot(&conn.quinn, &conn.cc));
+    conn.shared.telemetry.write(&rec);
+}
+
+/// Reads the request body, answers, and waits for the acknowledgement of the last byte.
+async fn serve(
+    conn: &Conn,
+    parts: http::request::Parts,
+    stream: &mut H3Stream,
+) -> Result<(u16, u64, Instant, Option<AckOutcome>), Box<dyn std::error::Error + Send + Sync>> {
+    let limit = conn.shared.config.max_bytes;
+    let mut body = BytesMut::new();
+    while let Some(mut chunk) = stream.recv_data().await? {
+        if body.len() as u64 + chunk.remaining() as u64 > limit {
+            return Err(format!("request body over {limit} bytes").into());
+        }
+        while chunk.has_remaining() {
+            let c = chunk.chunk();
+            body.extend_from_slice(c);
+            let n = c.len();
+            chunk.advance(n);
+        }
+    }
+    let resp = respond(&conn.shared, parts, RequestBody::Buffered(body.freeze())).await;
+    let (head, mut payload) = resp.into_parts();
+    let status = head.status.as_u16();
+    stream.send_response(http::Response::from_parts(head, ())).await?;
+    let first_byte = Instant::now();
+    let mut bytes = 0u64;
+    while let Some(frame) = payload.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            bytes += data.len() as u64;
+            stream.send_data(data).await?;
+        }
+    }
+    let acked = conn.watch.watch(stream.send_id());
+    stream.finish().await?;
+    let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked).await.ok().and_then(Result::ok);
+    Ok((status, bytes, first_byte, ack))
+}

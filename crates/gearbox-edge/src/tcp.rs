@@ -1,0 +1,218 @@
+//! The TCP side: TLS 1.3 accept, ALPN to HTTP/2 or HTTP/1.1 (hyper), per-socket
+//! congestion control, and "last byte acknowledged" from `TCP_INFO`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
+use gearbox_dataplane::transport;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio_util::sync::CancellationToken;
+
+use crate::service::{respond, EdgeBody, RequestBody};
+use crate::{Shared, SHUTDOWN_GRACE};
+
+/// Longest wait for the client to acknowledge a response's last byte.
+const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// What every request of one TCP connection shares.
+struct Conn {
+    shared: Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    protocol: Protocol,
+    /// A duplicate of the connection's socket, to read `TCP_INFO` while hyper owns the stream.
+    socket: Arc<socket2::Socket>,
+}
+
+pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpListener, cancel: CancellationToken) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "TCP accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        let watcher = graceful.watcher();
+        let shared2 = shared.clone();
+        shared.tracker.spawn(async move { connection(shared2, stream, peer, watcher).await });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("TCP connections still open after {SHUTDOWN_GRACE:?}");
+    }
+}
+
+fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
+    shared.metrics.handshake_failures_tcp.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    EdgeRecord {
+        side: Side::Edge,
+        schema: SCHEMA_VERSION,
+        time_unix_ms: unix_ms_now(),
+        conn_id: id,
+        client_addr: peer.to_string(),
+        protocol: None,
+        method: String::new(),
+        path: String::new(),
+        status: None,
+        bytes: 0,
+        server_time_ms: None,
+        server_time_source: None,
+        transport: None,
+        error: Some(error.to_string()),
+    }
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let id = shared.conn_id();
+    let sref = socket2::SockRef::from(&stream);
+    if let Some(cc) = shared.policy.tcp(peer, SystemTime::now()) {
+        if let Err(e) = cc.apply(&sref) {
+            tracing::warn!(cc = %cc, error = %e, "cannot set TCP congestion control; keeping the system default");
+        }
+    }
+    let _ = stream.set_nodelay(true);
+    let socket = match sref.try_clone() {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot duplicate socket");
+            return;
+        }
+    };
+    let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
+    let tls = match tokio::time::timeout(handshake, shared.tls_tcp.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            shared.telemetry.write(&error_record(&shared, id, peer, "tls_handshake"));
+            return;
+        }
+        Err(_) => {
+            shared.telemetry.write(&error_record(&shared, id, peer, "tls_handshake_timeout"));
+            return;
+        }
+    };
+    let protocol = match tls.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::H2,
+        _ => Protocol::H1,
+    };
+    let _open = shared.metrics.connection(protocol);
+    let conn = Arc::new(Conn { shared: shared.clone(), id, peer, protocol, socket });
+    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let conn = conn.clone();
+        async move { Ok::<_, std::convert::Infallible>(request(conn, req).await) }
+    });
+    let io = TokioIo::new(tls);
+    let result = match protocol {
+        Protocol::H2 => {
+            let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            b.timer(TokioTimer::new())
+                .initial_stream_window_size(4 << 20)
+                .initial_connection_window_size(16 << 20)
+                .max_frame_size(64 << 10)
+                .max_send_buf_size(1 << 20)
+                .max_concurrent_streams(1024);
+            watcher.watch(b.serve_connection(io, svc)).await
+        }
+        _ => {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new()).keep_alive(true);
+            watcher.watch(b.serve_connection(io, svc)).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> http::Response<EdgeBody> {
+    let time_unix_ms = unix_ms_now();
+    let (parts, body) = req.into_parts();
+    let method = parts.method.to_string();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let mut resp = respond(&conn.shared, parts, RequestBody::Hyper(body)).await;
+    if let Some(v) = &conn.shared.alt_svc {
+        resp.headers_mut().insert(http::header::ALT_SVC, v.clone());
+    }
+    let status = resp.status().as_u16();
+    // The headers are the first response bytes: they are written once we return.
+    let first_byte = Instant::now();
+    let c = conn.clone();
+    resp.body_mut().on_end(Box::new(move |complete, bytes| {
+        let tracker = c.shared.tracker.clone();
+        tracker.spawn(async move {
+            let mut rec = EdgeRecord {
+                side: Side::Edge,
+                schema: SCHEMA_VERSION,
+                time_unix_ms,
+                conn_id: c.id,
+                client_addr: c.peer.to_string(),
+                protocol: Some(c.protocol),
+                method,
+                path,
+                status: Some(status),
+                bytes,
+                server_time_ms: None,
+                server_time_source: None,
+                transport: None,
+                error: (!complete).then(|| "reset".to_string()),
+            };
+            if complete {
+                let (at, source) = match wait_acked(&c.socket).await {
+                    Some(at) => (at, "tcp_unacked_zero"),
+                    None => (Instant::now(), "written"),
+                };
+                rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
+                rec.server_time_source = Some(source.into());
+            }
+            rec.transport = transport::tcp_snapshot(&*c.socket).ok();
+            c.shared.metrics.request(c.protocol, bytes);
+            c.shared.telemetry.write(&rec);
+        });
+    }));
+    resp
+}
+
+/// Waits until the peer has acknowledged every byte written to the socket so far.
+///
+/// The target is what the application had handed to the kernel when we first look
+/// (`bytes_sent - bytes_retrans + notsent_bytes`), so responses written later on the
+/// same connection (HTTP/2 multiplexing, HTTP/1.1 keep-alive) do not delay this one.
+/// Polled with a period of a quarter of the smoothed RTT (0.2 to 5 ms): the kernel
+/// offers no ack notification to user space.
+async fn wait_acked(socket: &socket2::Socket) -> Option<Instant> {
+    let deadline = Instant::now() + ACK_WAIT_LIMIT;
+    tokio::task::yield_now().await;
+    let first = transport::tcp_info(socket).ok()?;
+    let target = first
+        .tcpi_bytes_sent
+        .saturating_sub(first.tcpi_bytes_retrans)
+        .saturating_add(u64::from(first.tcpi_notsent_bytes));
+    let period = Duration::from_micros(u64::from(first.tcpi_rtt / 4).clamp(200, 5_000));
+    let mut info = first;
+    loop {
+        if info.tcpi_bytes_acked >= target {
+            return Some(Instant::now());
+        }
+        // Linux tcp_states.h: 1 = ESTABLISHED, 8 = CLOSE_WAIT (the client may close its side after reading).
+        if Instant::now() >= deadline || !matches!(info.tcpi_state, 1 | 8) {
+            return None;
+        }
+        tokio::time::sleep(period).await;
+        info = transport::tcp_info(socket).ok()?;
+    }
+}

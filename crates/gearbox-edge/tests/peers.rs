@@ -1,0 +1,233 @@
+//! The edge against independent clients: curl (HTTP/1.1, HTTP/2) and ngtcp2's
+//! client (HTTP/3), each checked on both the bytes received and the edge's own
+//! telemetry record. Missing peers are an error: `scripts/setup.sh` installs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use serde_json::Value;
+use tokio::process::Command;
+
+/// Liveness bound for any single peer run (not a performance check).
+const PEER_BOUND: Duration = Duration::from_secs(60);
+
+struct Running {
+    tcp: std::net::SocketAddr,
+    quic: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+    dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn cert(&self) -> PathBuf {
+        self.dir.path().join("cert.pem")
+    }
+    fn telemetry(&self) -> PathBuf {
+        self.dir.path().join("edge.jsonl")
+    }
+    /// Stops the edge gracefully and returns its telemetry records.
+    async fn stop(mut self) -> Vec<Value> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(PEER_BOUND, &mut self.task).await.expect("edge stops").expect("edge task");
+        read_records(&self.telemetry())
+    }
+}
+
+fn read_records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("telemetry line is JSON"))
+        .collect()
+}
+
+async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).unwrap();
+    let mut config = EdgeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        cert,
+        key,
+        telemetry: Some(dir.path().join("edge.jsonl")),
+        ..EdgeConfig::default()
+    };
+    tweak(&mut config);
+    let policy = Arc::new(StaticPolicy {
+        quic: QuicChoice { cc: config.cc, initial_window_packets: config.initial_window },
+        tcp: config.tcp_cc,
+    });
+    let edge = Edge::bind(config, policy).await.expect("edge binds");
+    let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(edge.serve(async move {
+        let _ = rx.await;
+    }));
+    Running { tcp, quic, admin, dir, stop: Some(tx), task }
+}
+
+fn need(tool: &str) -> String {
+    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
+        let p = Path::new(dir).join(tool);
+        if p.exists() {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    panic!("{tool} is not installed; run scripts/setup.sh (it installs the test peers)");
+}
+
+async fn run(cmd: &mut Command) -> std::process::Output {
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    tokio::time::timeout(PEER_BOUND, cmd.output()).await.expect("peer finishes in bounded time").expect("peer runs")
+}
+
+async fn curl(edge: &Running, version: &str, path: &str, out: &Path) -> (String, String) {
+    let url = format!("https://localhost:{}{}", edge.tcp.port(), path);
+    let o = run(Command::new(need("curl"))
+        .args(["-sS", version, "--cacert"])
+        .arg(edge.cert())
+        .args(["--resolve", &format!("localhost:{}:127.0.0.1", edge.tcp.port())])
+        .args(["-D", "-", "-o"])
+        .arg(out)
+        .args(["-w", "\n%{http_version} %{http_code} %{size_download}"])
+        .arg(&url))
+    .await;
+    assert!(o.status.success(), "curl failed: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let summary = text.lines().last().unwrap_or_default().to_string();
+    (text, summary)
+}
+
+fn one<'a>(records: &'a [Value], path: &str) -> &'a Value {
+    let found: Vec<_> = records.iter().filter(|r| r["path"] == path).collect();
+    assert_eq!(found.len(), 1, "one record for {path}: {records:?}");
+    found[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_fetches_over_http2_and_the_edge_records_the_acknowledged_transfer() {
+    let edge = start(|c| c.tcp_cc = Some(TcpCc::Reno)).await;
+    let out = edge.dir.path().join("body");
+    let (headers, summary) = curl(&edge, "--http2", "/bytes/300000", &out).await;
+    assert_eq!(summary, "2 200 300000");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 300_000);
+    let alt = format!("alt-svc: h3=\":{}\"", edge.quic.port());
+    assert!(headers.to_lowercase().contains(&alt), "no {alt} in {headers}");
+    let records = edge.stop().await;
+    let r = one(&records, "/bytes/300000");
+    assert_eq!(r["protocol"], "h2");
+    assert_eq!(r["status"], 200);
+    assert_eq!(r["bytes"], 300000);
+    assert_eq!(r["server_time_source"], "tcp_unacked_zero");
+    assert!(r["server_time_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["transport"]["cc"], "reno", "TCP_CONGESTION applied per socket");
+    assert!(r["transport"]["cwnd_bytes"].as_u64().unwrap() > 0);
+    assert!(r["transport"]["rtt_ms"].as_f64().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_fetches_over_http1_and_gets_clear_errors_for_bad_paths() {
+    let edge = start(|c| c.max_bytes = 1000).await;
+    let out = edge.dir.path().join("body");
+    let (_, summary) = curl(&edge, "--http1.1", "/bytes/1000", &out).await;
+    assert_eq!(summary, "1.1 200 1000");
+    let (_, summary) = curl(&edge, "--http1.1", "/bytes/1001", &out).await;
+    assert!(summary.starts_with("1.1 400"), "{summary}");
+    assert!(std::fs::read_to_string(&out).unwrap().contains("limit of 1000 bytes"));
+    let (_, summary) = curl(&edge, "--http2", "/no/such/thing", &out).await;
+    assert!(summary.starts_with("2 404"), "{summary}");
+    let records = edge.stop().await;
+    assert_eq!(one(&records, "/bytes/1000")["protocol"], "h1");
+    assert_eq!(one(&records, "/bytes/1001")["status"], 400);
+    assert_eq!(one(&records, "/no/such/thing")["status"], 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ngtcp2_client_fetches_over_http3_and_the_edge_records_the_stream_acknowledgement() {
+    let edge = start(|c| c.cc = QuicCc::Bbr).await;
+    let dl = edge.dir.path().join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let url = format!("https://127.0.0.1:{}/bytes/200000", edge.quic.port());
+    let o = run(Command::new(need("gtlsclient"))
+        .args(["-q", "--exit-on-all-streams-close", "--timeout=10s"])
+        .arg(format!("--download={}", dl.display()))
+        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
+    .await;
+    assert!(o.status.success(), "gtlsclient failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(dl.join("200000")).expect("downloaded file").len(), 200_000);
+    let records = edge.stop().await;
+    let r = one(&records, "/bytes/200000");
+    assert_eq!(r["protocol"], "h3");
+    assert_eq!(r["bytes"], 200000);
+    assert_eq!(r["server_time_source"], "quic_stream_acked");
+    assert_eq!(r["transport"]["cc"], "bbr", "congestion controller chosen per connection");
+    assert!(r["transport"]["sent_packets"].as_u64().unwrap() > 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_protocol() {
+    let edge = start(|_| {}).await;
+    let out = edge.dir.path().join("body");
+    curl(&edge, "--http2", "/bytes/10", &out).await;
+    curl(&edge, "--http2", "/bytes/20", &out).await;
+    let admin = edge.admin.unwrap();
+    let o = run(Command::new(need("curl")).args(["-sS", &format!("http://{admin}/metrics")])).await;
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("gearbox_requests_total{protocol=\"h2\"} 2"), "{text}");
+    assert!(text.contains("gearbox_response_bytes_total{protocol=\"h2\"} 30"), "{text}");
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_an_in_flight_transfer_finish_and_flushes_its_record() {
+    let edge = start(|_| {}).await;
+    let out = edge.dir.path().join("body");
+    let url = format!("https://localhost:{}/bytes/20000000", edge.tcp.port());
+    // A slow reader: 20 MB at 20 MB/s takes about a second, so the shutdown lands mid-transfer.
+    let mut child = Command::new(need("curl"))
+        .args(["-sS", "--http2", "--limit-rate", "20M", "--cacert"])
+        .arg(edge.cert())
+        .args(["--resolve", &format!("localhost:{}:127.0.0.1", edge.tcp.port()), "-o"])
+        .arg(&out)
+        .arg(&url)
+        .kill_on_drop(true)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopping = tokio::spawn(edge.stop());
+    let done = tokio::time::timeout(PEER_BOUND, child.wait_with_output()).await.unwrap().unwrap();
+    assert!(done.status.success(), "curl: {}", String::from_utf8_lossy(&done.stderr));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 20_000_000);
+    let records = stopping.await.unwrap();
+    assert_eq!(one(&records, "/bytes/20000000")["bytes"], 20000000);
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_reported_as_such() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["localhost".into()], &cert, &key).unwrap();
+    let config = EdgeConfig { listen: taken.local_addr().unwrap(), cert, key, ..EdgeConfig::default() };
+    let policy = Arc::new(StaticPolicy { quic: QuicChoice { cc: QuicCc::Cubic, initial_window_packets: None }, tcp: None });
+    let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
+    assert!(err.contains("already in use"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_certificate_names_the_file() {
+    let config = EdgeConfig { cert: "/nonexistent/cert.pem".into(), ..EdgeConfig::default() };
+    let policy = Arc::new(StaticPolicy { quic: QuicChoice { cc: QuicCc::Cubic, initial_window_packets: None }, tcp: None });
+    let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
+    assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+}
