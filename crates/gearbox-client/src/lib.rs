@@ -1,1 +1,30 @@
-//! (being written)
+//! The gearbox client: HTTPS requests over pooled HTTP/1.1, HTTP/2 and HTTP/3 connections,
+//! each timed (RCT, TTFB, handshake) with its transport state and written as one
+//! telemetry record (DESIGN.md "Data plane" and principle 4).
+//!
+//! - [`Client`]: the async client; [`Client::request`] for one request,
+//!   [`Client::load_page`] for a page's dependency graph over one connection.
+//! - [`TransportGear`]: the hook where WiseTrans (seed 000) chooses TCP or QUIC for each
+//!   `Auto` request; [`StaticTransport`] is the static baseline.
+//! - [`BlockingClient`]: the same with its own runtime, for Python.
+//!
+//! Every failure is a typed [`ClientError`] and a record with `error` set; every wait is
+//! bounded by the connect and request timeouts of [`ClientConfig`].
+
+mod blocking;
+mod client;
+mod config;
+mod conn;
+mod error;
+pub mod gear;
+mod page;
+
+pub use blocking::BlockingClient;
+pub use client::{Client, Request, Response};
+pub use config::ClientConfig;
+pub use error::ClientError;
+pub use gear::{StaticTransport, TransportGear, TransportPref};
+pub use page::{ObjectTiming, PageLoad, PageLoadOptions};
+
+pub use gearbox_dataplane::telemetry::{ClientRecord, Protocol};
+pub use gearbox_dataplane::tls::Trust;

@@ -1,0 +1,273 @@
+//! Real peers for the client's integration tests: caddy (HTTP/1.1, HTTP/2, HTTP/3 over
+//! quic-go) and nginx (HTTP/1.1, HTTP/2), each run from a temp dir with a certificate
+//! made for the test, on a free loopback port, and killed when its guard is dropped
+//! (also when the test panics).
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gearbox_client::{Client, ClientConfig, Trust};
+
+/// How a test names the binary it needs and what to do when it is missing.
+pub fn require_binary(path: &str, package: &str) -> PathBuf {
+    let p = PathBuf::from(path);
+    assert!(
+        p.exists(),
+        "{path} is missing: this test runs against a real {package}. Run the project's setup script \
+         (scripts/setup.sh) or `apt-get install {package}`, then run the tests again."
+    );
+    p
+}
+
+/// A loopback port free for both TCP and UDP right now.
+pub fn free_port() -> u16 {
+    for _ in 0..100 {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on loopback");
+        let port = tcp.local_addr().expect("local addr").port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both TCP and UDP on 127.0.0.1");
+}
+
+/// A temp dir with `cert.pem`/`key.pem` for `localhost` and 127.0.0.1, and a `site/`
+/// with `hello.txt` and a 300 000-byte `big.bin`.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+pub const HELLO: &str = "hello from a real peer\n";
+pub const BIG_BYTES: usize = 300_000;
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = tempfile::tempdir().expect("temp dir");
+        gearbox_dataplane::tls::write_self_signed(
+            &["localhost".to_string(), "127.0.0.1".to_string()],
+            &dir.path().join("cert.pem"),
+            &dir.path().join("key.pem"),
+        )
+        .expect("self-signed certificate");
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(&site).expect("site dir");
+        std::fs::write(site.join("hello.txt"), HELLO).expect("hello.txt");
+        let big: Vec<u8> = (0..BIG_BYTES).map(|i| (i % 251) as u8).collect();
+        std::fs::write(site.join("big.bin"), big).expect("big.bin");
+        Site { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn cert(&self) -> PathBuf {
+        self.dir.path().join("cert.pem")
+    }
+
+    /// A client that trusts exactly this site's certificate.
+    pub fn client(&self) -> Client {
+        Client::new(self.config()).expect("client")
+    }
+
+    pub fn config(&self) -> ClientConfig {
+        ClientConfig {
+            trust: Trust::Roots(vec![self.cert()]),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(15),
+            ..ClientConfig::default()
+        }
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct ServerGuard {
+    child: Child,
+    pub port: u16,
+    name: &'static str,
+    log: PathBuf,
+}
+
+impl ServerGuard {
+    pub fn origin(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's log, for assertion messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self, udp_too: bool) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited early ({status}); log:\n{}", self.name, self.log());
+            }
+            let tcp_up = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+            if tcp_up && (!udp_too || udp_port_bound(self.port)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen on port {} within 15 s; log:\n{}",
+                self.name,
+                self.port,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ServerGuard {
+    /// Stops the server's whole process group: nginx's workers outlive a killed master,
+    /// so killing only the child would leave them running. TERM first (nginx's master
+    /// then stops its workers), KILL whatever is left after two seconds.
+    fn drop(&mut self) {
+        let group = -(self.child.id() as i32);
+        // SAFETY: kill(2) on our own child's process group; no memory is involved.
+        unsafe { libc::kill(group, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(group, libc::SIGKILL) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether some socket is bound to UDP `port` (from /proc/net/udp{,6}).
+fn udp_port_bound(port: u16) -> bool {
+    let needle = format!(":{port:04X} ");
+    ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| {
+                t.lines().skip(1).any(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .is_some_and(|a| format!("{a} ").contains(&needle))
+                })
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// caddy serving the site over HTTP/1.1, HTTP/2 and HTTP/3 on 127.0.0.1.
+pub fn caddy(site: &Site) -> ServerGuard {
+    let bin = require_binary("/usr/bin/caddy", "caddy");
+    let port = free_port();
+    let dir = site.path();
+    let caddyfile = format!(
+        "{{\n\tadmin off\n\tauto_https disable_redirects\n\tdefault_sni localhost\n\tstorage file_system {data}\n\
+         \tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n\
+         https://127.0.0.1:{port}, https://localhost:{port} {{\n\tbind 127.0.0.1\n\ttls {cert} {key}\n\
+         \troot * {site}\n\tfile_server\n}}\n",
+        data = dir.join("caddy-data").display(),
+        cert = dir.join("cert.pem").display(),
+        key = dir.join("key.pem").display(),
+        site = dir.join("site").display(),
+    );
+    let conf = dir.join("Caddyfile");
+    std::fs::write(&conf, caddyfile).expect("Caddyfile");
+    let log = dir.join("caddy.log");
+    let out = std::fs::File::create(&log).expect("caddy log");
+    let child = Command::new(bin)
+        .args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&conf)
+        .env("HOME", dir)
+        .env("XDG_DATA_HOME", dir.join("xdg-data"))
+        .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log fd"))
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .expect("start caddy");
+    let mut guard = ServerGuard {
+        child,
+        port,
+        name: "caddy",
+        log,
+    };
+    guard.wait_ready(true);
+    guard
+}
+
+/// nginx serving the site over TLS 1.3 on 127.0.0.1 with HTTP/2 (when `http2`) and
+/// HTTP/1.1, closing idle keep-alive connections after `keepalive_s` seconds.
+pub fn nginx(site: &Site, http2: bool, keepalive_s: u32) -> ServerGuard {
+    let bin = require_binary("/usr/sbin/nginx", "nginx");
+    let port = free_port();
+    let dir = site.path();
+    let d = |name: &str| dir.join(name).display().to_string();
+    let conf = format!(
+        "worker_processes 1;\npid {pid};\nerror_log {err} info;\n{user}events {{ worker_connections 64; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {t}/body;\n  proxy_temp_path {t}/proxy;\n\
+         fastcgi_temp_path {t}/fastcgi;\n  uwsgi_temp_path {t}/uwsgi;\n  scgi_temp_path {t}/scgi;\n\
+         keepalive_timeout {keepalive_s}s;\n  server {{\n    listen 127.0.0.1:{port} ssl{h2};\n    ssl_certificate {cert};\n\
+         ssl_certificate_key {key};\n    ssl_protocols TLSv1.3;\n    root {site};\n  }}\n}}\n",
+        pid = d("nginx.pid"),
+        err = d("nginx-error.log"),
+        // Running as root, nginx's workers would switch to `nobody`, who cannot read a
+        // private temp dir.
+        user = if running_as_root() { "user root;\n" } else { "" },
+        t = d("nginx-tmp"),
+        h2 = if http2 { " http2" } else { "" },
+        cert = d("cert.pem"),
+        key = d("key.pem"),
+        site = d("site"),
+    );
+    std::fs::create_dir_all(dir.join("nginx-tmp")).expect("nginx temp dir");
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).expect("nginx.conf");
+    let log = dir.join("nginx-error.log");
+    let child = Command::new(bin)
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&conf_path)
+        .args(["-g", "daemon off;"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nginx-stderr.log")).expect("nginx stderr"))
+        .process_group(0)
+        .spawn()
+        .expect("start nginx");
+    let mut guard = ServerGuard {
+        child,
+        port,
+        name: "nginx",
+        log,
+    };
+    guard.wait_ready(false);
+    guard
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Liveness bound of every test: a hang fails the test instead of blocking the suite.
+pub const TEST_BOUND: Duration = Duration::from_secs(60);
+
+pub async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(TEST_BOUND, f)
+        .await
+        .expect("test did not finish within its liveness bound")
+}

@@ -1,0 +1,281 @@
+//! Failures end in typed errors and telemetry records, in bounded time, never in a panic
+//! or a hang. The peers here are small in-test servers, so these need no binaries.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener as StdTcpListener, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::bounded;
+use gearbox_client::{Client, ClientConfig, ClientError, ClientRecord, Request, TransportPref, Trust};
+use gearbox_dataplane::telemetry::TelemetrySink;
+use gearbox_dataplane::tls;
+
+fn cert_pair(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cert = dir.join(format!("{name}-cert.pem"));
+    let key = dir.join(format!("{name}-key.pem"));
+    tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).expect("certificate");
+    (cert, key)
+}
+
+fn quick_config(trust: Trust) -> ClientConfig {
+    ClientConfig {
+        trust,
+        connect_timeout: Duration::from_millis(1500),
+        request_timeout: Duration::from_secs(5),
+        ..ClientConfig::default()
+    }
+}
+
+/// A port nothing listens on (TCP and UDP), found by binding and releasing it.
+fn closed_port() -> u16 {
+    common::free_port()
+}
+
+fn read_records(path: &Path) -> Vec<ClientRecord> {
+    std::fs::read_to_string(path)
+        .expect("telemetry file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is a ClientRecord"))
+        .collect()
+}
+
+#[tokio::test]
+async fn connecting_to_a_closed_port_is_a_connect_error_with_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client.jsonl");
+    let config = ClientConfig {
+        telemetry: TelemetrySink::to_file(&file).unwrap(),
+        ..quick_config(Trust::InsecureAny)
+    };
+    let client = Client::new(config).unwrap();
+    let url = format!("https://127.0.0.1:{}/x", closed_port());
+    bounded(async {
+        for transport in [TransportPref::Tcp, TransportPref::H1] {
+            let (result, record) = client.request_with_record(Request::get(&url, transport)).await;
+            let err = result.expect_err("nothing listens there");
+            assert!(matches!(err, ClientError::Connect { .. }), "{transport}: {err}");
+            assert!(err.to_string().starts_with("TCP connect to 127.0.0.1:"), "{err}");
+            assert_eq!(record.error.as_deref(), Some("connect"));
+            assert!(record.rct_ms.is_none() && record.status.is_none());
+        }
+        client.flush_telemetry().await;
+    })
+    .await;
+    let records = read_records(&file);
+    assert_eq!(records.len(), 2, "one record per failed request");
+    assert!(records
+        .iter()
+        .all(|r| r.error.as_deref() == Some("connect") && r.url == url));
+}
+
+/// A TLS 1.3 server (rustls) with its own certificate that answers nothing after the
+/// handshake.
+async fn tls_server(cert: &Path, key: &Path) -> SocketAddr {
+    let cfg = tls::server_config(
+        tls::load_certs(cert).unwrap(),
+        tls::load_key(key).unwrap(),
+        &tls::ALPN_TCP,
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(stream) = acceptor.accept(tcp).await {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    drop(stream);
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_server_certificate_outside_the_trusted_roots_is_a_tls_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_cert, server_key) = cert_pair(dir.path(), "server");
+    let (other_cert, _) = cert_pair(dir.path(), "other");
+    let addr = tls_server(&server_cert, &server_key).await;
+    let client = Client::new(quick_config(Trust::Roots(vec![other_cert]))).unwrap();
+    bounded(async {
+        let (result, record) = client
+            .request_with_record(Request::get(format!("https://{addr}/"), TransportPref::Tcp))
+            .await;
+        let err = result.expect_err("untrusted certificate");
+        assert!(matches!(err, ClientError::Tls { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("TLS handshake with {addr} failed")),
+            "{err}"
+        );
+        assert_eq!(record.error.as_deref(), Some("tls"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_tls_server_that_never_finishes_the_handshake_times_out() {
+    // Accepts TCP, never speaks TLS.
+    let listener = StdTcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = Client::new(quick_config(Trust::InsecureAny)).unwrap();
+    bounded(async {
+        let started = Instant::now();
+        let (result, record) = client
+            .request_with_record(Request::get(format!("https://{addr}/"), TransportPref::Tcp))
+            .await;
+        let err = result.expect_err("no handshake");
+        assert!(
+            matches!(
+                err,
+                ClientError::Timeout {
+                    what: "TCP+TLS handshake",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(record.error.as_deref(), Some("timeout"));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "bounded by the connect timeout"
+        );
+    })
+    .await;
+    drop(listener);
+}
+
+#[tokio::test]
+async fn quic_to_a_port_with_nothing_listening_fails_in_bounded_time() {
+    // Hold the UDP port so nothing else takes it, and never answer.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let client = Client::new(quick_config(Trust::InsecureAny)).unwrap();
+    bounded(async {
+        for url in [
+            format!("https://127.0.0.1:{port}/"),
+            format!("https://127.0.0.1:{}/", closed_port()),
+        ] {
+            let started = Instant::now();
+            let (result, record) = client
+                .request_with_record(Request::get(&url, TransportPref::Quic))
+                .await;
+            let err = result.expect_err("no QUIC server");
+            assert!(
+                matches!(err, ClientError::Timeout { .. } | ClientError::Quic { .. }),
+                "{err}"
+            );
+            assert!(matches!(record.error.as_deref(), Some("timeout" | "quic")));
+            assert_eq!(record.protocol, gearbox_client::Protocol::H3);
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "took {:?}",
+                started.elapsed()
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_over_quic_is_a_tls_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_cert, server_key) = cert_pair(dir.path(), "server");
+    let (other_cert, _) = cert_pair(dir.path(), "other");
+    let server_tls = tls::server_config(
+        tls::load_certs(&server_cert).unwrap(),
+        tls::load_key(&server_key).unwrap(),
+        &[tls::ALPN_H3],
+    )
+    .unwrap();
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(server_tls).unwrap();
+    let endpoint = quinn::Endpoint::server(
+        quinn::ServerConfig::with_crypto(Arc::new(crypto)),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    let ep = endpoint.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = ep.accept().await {
+            tokio::spawn(async move {
+                let _ = incoming.await;
+            });
+        }
+    });
+    let client = Client::new(quick_config(Trust::Roots(vec![other_cert]))).unwrap();
+    bounded(async {
+        let (result, record) = client
+            .request_with_record(Request::get(format!("https://{addr}/"), TransportPref::Quic))
+            .await;
+        let err = result.expect_err("untrusted certificate");
+        assert!(matches!(err, ClientError::Tls { .. }), "{err}");
+        assert_eq!(record.error.as_deref(), Some("tls"));
+    })
+    .await;
+    endpoint.close(0u32.into(), b"done");
+}
+
+#[tokio::test]
+async fn bad_urls_and_unknown_paths_are_typed_errors_not_panics() {
+    let client = Client::new(quick_config(Trust::InsecureAny)).unwrap();
+    bounded(async {
+        for url in [
+            "http://127.0.0.1/",
+            "",
+            "https://",
+            "ftp://x/y",
+            "https://exa mple.org/",
+            "/relative",
+        ] {
+            let (result, record) = client.request_with_record(Request::get(url, TransportPref::Tcp)).await;
+            assert!(matches!(result, Err(ClientError::BadUrl { .. })), "{url:?}: {result:?}");
+            assert_eq!(record.error.as_deref(), Some("bad_url"));
+        }
+        let mut req = Request::get("https://127.0.0.1:1/", TransportPref::Tcp);
+        req.path_index = 3;
+        let err = client.request(req).await.expect_err("no path 3");
+        assert!(matches!(err, ClientError::Path { index: 3, available: 1 }), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_that_outlives_its_timeout_is_cut_off_with_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_cert, server_key) = cert_pair(dir.path(), "server");
+    // Completes the TLS handshake, then never answers the request.
+    let addr = tls_server(&server_cert, &server_key).await;
+    let config = ClientConfig {
+        request_timeout: Duration::from_millis(800),
+        ..quick_config(Trust::InsecureAny)
+    };
+    let client = Client::new(config).unwrap();
+    bounded(async {
+        for transport in [TransportPref::Tcp, TransportPref::H1] {
+            let started = Instant::now();
+            let (result, record) = client
+                .request_with_record(Request::get(format!("https://{addr}/"), transport))
+                .await;
+            let err = result.expect_err("server never answers");
+            assert!(
+                matches!(err, ClientError::Timeout { what: "request", .. }),
+                "{transport}: {err}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(3));
+            assert_eq!(record.error.as_deref(), Some("timeout"));
+            assert!(
+                record.conn_id > 0 && record.new_connection,
+                "the record names the connection it got to"
+            );
+        }
+    })
+    .await;
+}
