@@ -99,7 +99,10 @@ impl FromStr for QuicCc {
         QuicCc::ALL
             .into_iter()
             .find(|c| c.name().eq_ignore_ascii_case(s) || (s.eq_ignore_ascii_case("reno") && *c == QuicCc::NewReno))
-            .ok_or_else(|| UnknownCc { name: s.to_string(), valid: QuicCc::ALL.map(|c| c.name()).join(", ") })
+            .ok_or_else(|| UnknownCc {
+                name: s.to_string(),
+                valid: QuicCc::ALL.map(|c| c.name()).join(", "),
+            })
     }
 }
 
@@ -154,7 +157,10 @@ impl FromStr for TcpCc {
         TcpCc::ALL
             .into_iter()
             .find(|c| c.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownCc { name: s.to_string(), valid: TcpCc::ALL.map(|c| c.name()).join(", ") })
+            .ok_or_else(|| UnknownCc {
+                name: s.to_string(),
+                valid: TcpCc::ALL.map(|c| c.name()).join(", "),
+            })
     }
 }
 
@@ -165,7 +171,10 @@ mod tests {
     #[test]
     fn unknown_quic_cc_lists_the_valid_ones() {
         let err = "vegas".parse::<QuicCc>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown congestion control \"vegas\"; valid: newreno, cubic, bbr");
+        assert_eq!(
+            err.to_string(),
+            "unknown congestion control \"vegas\"; valid: newreno, cubic, bbr"
+        );
     }
 
     #[test]
@@ -180,7 +189,6 @@ mod tests {
 
     #[test]
     fn initial_window_is_counted_in_packets() {
-        use quinn_proto::congestion::ControllerFactory as _;
         let f = QuicCc::Cubic.factory(Some(32));
         let c = f.build(std::time::Instant::now(), 1200);
         assert_eq!(c.initial_window(), 32 * PACKET_BYTES);

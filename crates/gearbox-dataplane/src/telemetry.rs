@@ -180,7 +180,10 @@ pub struct ClientRecord {
 
 /// Milliseconds since the Unix epoch, as a float (sub-millisecond precision).
 pub fn unix_ms_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0)
 }
 
 enum Msg {

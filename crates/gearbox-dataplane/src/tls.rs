@@ -60,10 +60,18 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// Loads every certificate in a PEM file.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     use rustls::pki_types::pem::PemObject;
-    let data = std::fs::read(path).map_err(|source| TlsError::Read { kind: "certificate", path: path.into(), source })?;
+    let data = std::fs::read(path).map_err(|source| TlsError::Read {
+        kind: "certificate",
+        path: path.into(),
+        source,
+    })?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&data).filter_map(Result::ok).collect();
     if certs.is_empty() {
-        return Err(TlsError::Empty { kind: "certificate", path: path.into(), expected: "CERTIFICATE" });
+        return Err(TlsError::Empty {
+            kind: "certificate",
+            path: path.into(),
+            expected: "CERTIFICATE",
+        });
     }
     Ok(certs)
 }
@@ -71,7 +79,11 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 /// Loads the first private key (PKCS#8, PKCS#1 or SEC1) in a PEM file.
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     use rustls::pki_types::pem::PemObject;
-    let data = std::fs::read(path).map_err(|source| TlsError::Read { kind: "key", path: path.into(), source })?;
+    let data = std::fs::read(path).map_err(|source| TlsError::Read {
+        kind: "key",
+        path: path.into(),
+        source,
+    })?;
     PrivateKeyDer::from_pem_slice(&data).map_err(|_| TlsError::Empty {
         kind: "private key",
         path: path.into(),
@@ -90,7 +102,10 @@ pub struct SelfSigned {
 /// Makes a self-signed certificate for `names` (DNS names or IP addresses).
 pub fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
     let ck = rcgen::generate_simple_self_signed(names.to_vec())?;
-    Ok(SelfSigned { cert_pem: ck.cert.pem(), key_pem: ck.signing_key.serialize_pem() })
+    Ok(SelfSigned {
+        cert_pem: ck.cert.pem(),
+        key_pem: ck.signing_key.serialize_pem(),
+    })
 }
 
 /// Makes a self-signed pair and writes it to `cert` and `key`.
@@ -98,9 +113,15 @@ pub fn write_self_signed(names: &[String], cert: &Path, key: &Path) -> Result<()
     let pair = self_signed(names)?;
     for (path, text) in [(cert, &pair.cert_pem), (key, &pair.key_pem)] {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: path.into(), source })?;
+            std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+                path: path.into(),
+                source,
+            })?;
         }
-        std::fs::write(path, text).map_err(|source| TlsError::Write { path: path.into(), source })?;
+        std::fs::write(path, text).map_err(|source| TlsError::Write {
+            path: path.into(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -132,8 +153,8 @@ pub enum Trust {
 
 /// Client TLS config (TLS 1.3 only) with the given ALPN ids.
 pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])?;
+    let builder =
+        rustls::ClientConfig::builder_with_provider(provider()).with_protocol_versions(&[&rustls::version::TLS13])?;
     let mut cfg = match trust {
         Trust::Roots(files) => {
             let mut roots = rustls::RootCertStore::empty();

@@ -32,18 +32,20 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> std::io::Result<libc::tcp_info> {
 
 /// Bytes sent on a TCP socket and not yet acknowledged by the peer.
 pub fn tcp_unacked_bytes(info: &libc::tcp_info) -> u64 {
-    info.tcpi_bytes_sent.saturating_sub(info.tcpi_bytes_retrans).saturating_sub(info.tcpi_bytes_acked)
+    info.tcpi_bytes_sent
+        .saturating_sub(info.tcpi_bytes_retrans)
+        .saturating_sub(info.tcpi_bytes_acked)
 }
 
 /// Snapshot of a TCP connection from `TCP_INFO`; `cc` is the kernel's controller name.
 pub fn tcp_snapshot<S: AsFd>(socket: &S) -> std::io::Result<TransportSnapshot> {
     let info = tcp_info(socket)?;
-    let cc = gearbox_cc::TcpCc::current(&socket2::SockRef::from(socket))
-        .unwrap_or_else(|_| "unknown".into());
+    let cc = gearbox_cc::TcpCc::current(&socket2::SockRef::from(socket)).unwrap_or_else(|_| "unknown".into());
     Ok(TransportSnapshot {
         cc,
         rtt_ms: f64::from(info.tcpi_rtt) / 1e3,
-        min_rtt_ms: (info.tcpi_min_rtt != 0 && info.tcpi_min_rtt != u32::MAX).then(|| f64::from(info.tcpi_min_rtt) / 1e3),
+        min_rtt_ms: (info.tcpi_min_rtt != 0 && info.tcpi_min_rtt != u32::MAX)
+            .then(|| f64::from(info.tcpi_min_rtt) / 1e3),
         rttvar_ms: Some(f64::from(info.tcpi_rttvar) / 1e3),
         cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
         sent_packets: u64::from(info.tcpi_segs_out),

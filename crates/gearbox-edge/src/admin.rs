@@ -31,13 +31,17 @@ pub(crate) async fn serve(metrics: Arc<Metrics>, listener: tokio::net::TcpListen
                             .header(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")
                             .body(Full::new(Bytes::from(m.render())))
                     } else {
-                        http::Response::builder().status(404).body(Full::new(Bytes::from_static(b"try /metrics\n")))
+                        http::Response::builder()
+                            .status(404)
+                            .body(Full::new(Bytes::from_static(b"try /metrics\n")))
                     };
                     Ok::<_, Infallible>(resp.unwrap_or_default())
                 }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
         });
     }
 }

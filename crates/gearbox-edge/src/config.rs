@@ -113,7 +113,10 @@ pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
 impl EdgeConfig {
     /// Reads a TOML file; missing fields take their defaults.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Self::from_toml(&text, path)
     }
 
@@ -121,7 +124,12 @@ impl EdgeConfig {
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map_or((0, 0), |s| line_column(text, s.start));
-            ConfigError::Parse { path: path.into(), line, column, message: e.message().trim().to_string() }
+            ConfigError::Parse {
+                path: path.into(),
+                line,
+                column,
+                message: e.message().trim().to_string(),
+            }
         })
     }
 
@@ -167,25 +175,41 @@ mod tests {
     #[test]
     fn unknown_field_is_named_with_its_line() {
         let text = "listen = \"127.0.0.1:1\"\nmax_byte = 5\n";
-        let err = EdgeConfig::from_toml(text, Path::new("edge.toml")).unwrap_err().to_string();
+        let err = EdgeConfig::from_toml(text, Path::new("edge.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("edge.toml:2:1: unknown field `max_byte`"), "{err}");
     }
 
     #[test]
     fn bad_cc_name_lists_valid_ones() {
-        let err = EdgeConfig::from_toml("cc = \"vegas\"", Path::new("e.toml")).unwrap_err().to_string();
-        assert!(err.contains("e.toml:1:") && err.contains("newreno") && err.contains("bbr"), "{err}");
+        let err = EdgeConfig::from_toml("cc = \"vegas\"", Path::new("e.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("e.toml:1:") && err.contains("newreno") && err.contains("bbr"),
+            "{err}"
+        );
     }
 
     #[test]
     fn zero_limit_is_rejected_by_field_name() {
-        let cfg = EdgeConfig { max_bytes: 0, ..EdgeConfig::default() };
-        assert_eq!(cfg.validate().unwrap_err().to_string(), "invalid value for `max_bytes`: must be at least 1");
+        let cfg = EdgeConfig {
+            max_bytes: 0,
+            ..EdgeConfig::default()
+        };
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "invalid value for `max_bytes`: must be at least 1"
+        );
     }
 
     #[test]
     fn upstream_must_be_an_http_origin() {
-        let cfg = EdgeConfig { upstream: Some("ftp://x".into()), ..EdgeConfig::default() };
+        let cfg = EdgeConfig {
+            upstream: Some("ftp://x".into()),
+            ..EdgeConfig::default()
+        };
         assert!(cfg.validate().unwrap_err().to_string().contains("`upstream`"));
     }
 }

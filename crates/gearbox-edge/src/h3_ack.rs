@@ -73,22 +73,30 @@ impl AckConnection {
         let c = conn.clone();
         let uni = futures::stream::unfold(c, |c| async move { Some((c.accept_uni().await, c)) }).boxed();
         let opener = Opener::new(conn.clone(), watch.clone());
-        AckConnection { conn, watch, bidi, uni, opener }
+        AckConnection {
+            conn,
+            watch,
+            bidi,
+            uni,
+            opener,
+        }
     }
 }
 
 fn connection_error(e: quinn::ConnectionError) -> ConnectionErrorIncoming {
     match e {
-        quinn::ConnectionError::ApplicationClosed(c) => {
-            ConnectionErrorIncoming::ApplicationClose { error_code: c.error_code.into_inner() }
-        }
+        quinn::ConnectionError::ApplicationClosed(c) => ConnectionErrorIncoming::ApplicationClose {
+            error_code: c.error_code.into_inner(),
+        },
         quinn::ConnectionError::TimedOut => ConnectionErrorIncoming::Timeout,
         other => ConnectionErrorIncoming::Undefined(Arc::new(other)),
     }
 }
 
 fn stream_connection_error(e: quinn::ConnectionError) -> StreamErrorIncoming {
-    StreamErrorIncoming::ConnectionErrorIncoming { connection_error: connection_error(e) }
+    StreamErrorIncoming::ConnectionErrorIncoming {
+        connection_error: connection_error(e),
+    }
 }
 
 fn stream_id(id: quinn::StreamId) -> StreamId {
@@ -117,7 +125,10 @@ impl<B: Buf> quic::Connection<B> for AckConnection {
 
     fn poll_accept_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Bidi<B>, ConnectionErrorIncoming>> {
         let (s, r) = ready!(next_accepted(&mut self.bidi, cx)).map_err(connection_error)?;
-        Poll::Ready(Ok(Bidi { send: SendHalf::new(s, self.watch.clone()), recv: RecvHalf::new(r) }))
+        Poll::Ready(Ok(Bidi {
+            send: SendHalf::new(s, self.watch.clone()),
+            recv: RecvHalf::new(r),
+        }))
     }
 
     fn opener(&self) -> Opener {
@@ -154,7 +165,12 @@ pub struct Opener {
 
 impl Opener {
     fn new(conn: quinn::Connection, watch: AckWatch) -> Self {
-        Opener { conn, watch, opening_bi: None, opening_uni: None }
+        Opener {
+            conn,
+            watch,
+            opening_bi: None,
+            opening_uni: None,
+        }
     }
 }
 
@@ -164,16 +180,23 @@ impl<B: Buf> quic::OpenStreams<B> for Opener {
 
     fn poll_open_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Bidi<B>, StreamErrorIncoming>> {
         let conn = self.conn.clone();
-        let fut = self.opening_bi.get_or_insert_with(|| Box::pin(async move { conn.open_bi().await }));
+        let fut = self
+            .opening_bi
+            .get_or_insert_with(|| Box::pin(async move { conn.open_bi().await }));
         let res = ready!(fut.as_mut().poll(cx));
         self.opening_bi = None;
         let (s, r) = res.map_err(stream_connection_error)?;
-        Poll::Ready(Ok(Bidi { send: SendHalf::new(s, self.watch.clone()), recv: RecvHalf::new(r) }))
+        Poll::Ready(Ok(Bidi {
+            send: SendHalf::new(s, self.watch.clone()),
+            recv: RecvHalf::new(r),
+        }))
     }
 
     fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<SendHalf<B>, StreamErrorIncoming>> {
         let conn = self.conn.clone();
-        let fut = self.opening_uni.get_or_insert_with(|| Box::pin(async move { conn.open_uni().await }));
+        let fut = self
+            .opening_uni
+            .get_or_insert_with(|| Box::pin(async move { conn.open_uni().await }));
         let res = ready!(fut.as_mut().poll(cx));
         self.opening_uni = None;
         let s = res.map_err(stream_connection_error)?;
@@ -181,7 +204,8 @@ impl<B: Buf> quic::OpenStreams<B> for Opener {
     }
 
     fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
-        self.conn.close(VarInt::from_u64(code.value()).unwrap_or(VarInt::MAX), reason);
+        self.conn
+            .close(VarInt::from_u64(code.value()).unwrap_or(VarInt::MAX), reason);
     }
 }
 
@@ -197,13 +221,20 @@ pub struct SendHalf<B: Buf> {
 impl<B: Buf> SendHalf<B> {
     fn new(stream: quinn::SendStream, watch: AckWatch) -> Self {
         let id = stream_id(stream.id());
-        SendHalf { stream: Some(stream), id, pending: None, watch }
+        SendHalf {
+            stream: Some(stream),
+            id,
+            pending: None,
+            watch,
+        }
     }
 }
 
 fn write_error(e: quinn::WriteError) -> StreamErrorIncoming {
     match e {
-        quinn::WriteError::Stopped(code) => StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() },
+        quinn::WriteError::Stopped(code) => StreamErrorIncoming::StreamTerminated {
+            error_code: code.into_inner(),
+        },
         quinn::WriteError::ConnectionLost(c) => stream_connection_error(c),
         other => StreamErrorIncoming::Unknown(Box::new(other)),
     }
@@ -231,7 +262,9 @@ impl<B: Buf> quic::SendStream<B> for SendHalf<B> {
     fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
         if self.pending.is_some() {
             return Err(StreamErrorIncoming::ConnectionErrorIncoming {
-                connection_error: ConnectionErrorIncoming::InternalError("send_data before the stream was ready".into()),
+                connection_error: ConnectionErrorIncoming::InternalError(
+                    "send_data before the stream was ready".into(),
+                ),
             });
         }
         self.pending = Some(data.into());
@@ -293,9 +326,9 @@ impl quic::RecvStream for RecvHalf {
         match ready!(read.poll(cx)) {
             Ok(Some(chunk)) => Poll::Ready(Ok(Some(chunk.bytes))),
             Ok(None) => Poll::Ready(Ok(None)),
-            Err(quinn::ReadError::Reset(code)) => {
-                Poll::Ready(Err(StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() }))
-            }
+            Err(quinn::ReadError::Reset(code)) => Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
+                error_code: code.into_inner(),
+            })),
             Err(quinn::ReadError::ConnectionLost(c)) => Poll::Ready(Err(stream_connection_error(c))),
             Err(other) => Poll::Ready(Err(StreamErrorIncoming::Unknown(Box::new(other)))),
         }

@@ -107,7 +107,13 @@ impl Shared {
         let mut cache = self.quic_configs.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .entry(choice.clone())
-            .or_insert_with(|| Arc::new(quic_server_config(&self.quic_crypto, choice, self.config.idle_timeout_ms)))
+            .or_insert_with(|| {
+                Arc::new(quic_server_config(
+                    &self.quic_crypto,
+                    choice,
+                    self.config.idle_timeout_ms,
+                ))
+            })
             .clone()
     }
 }
@@ -149,24 +155,36 @@ impl Edge {
                 .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?,
         );
 
-        let tcp = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| bind_error("TCP", config.listen, &e))?;
+        let tcp = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| bind_error("TCP", config.listen, &e))?;
         let tcp_addr = tcp.local_addr().map_err(|e| bind_error("TCP", config.listen, &e))?;
         let mut quic_addr = config.quic_addr();
         if config.quic_listen.is_none() {
             quic_addr.set_port(tcp_addr.port());
         }
         let admin = match config.admin_listen {
-            Some(a) => Some(tokio::net::TcpListener::bind(a).await.map_err(|e| bind_error("admin", a, &e))?),
+            Some(a) => Some(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .map_err(|e| bind_error("admin", a, &e))?,
+            ),
             None => None,
         };
         let telemetry = match &config.telemetry {
-            Some(p) => TelemetrySink::to_file(p).map_err(|source| EdgeError::Telemetry { path: p.clone(), source })?,
+            Some(p) => TelemetrySink::to_file(p).map_err(|source| EdgeError::Telemetry {
+                path: p.clone(),
+                source,
+            })?,
             None => TelemetrySink::disabled(),
         };
         let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
         let default_choice = policy.quic(quic_addr, std::time::SystemTime::now());
-        let quic = quinn::Endpoint::server(quic_server_config(&quic_crypto, &default_choice, config.idle_timeout_ms), quic_addr)
-            .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
+        let quic = quinn::Endpoint::server(
+            quic_server_config(&quic_crypto, &default_choice, config.idle_timeout_ms),
+            quic_addr,
+        )
+        .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
         let alt_svc = config
             .alt_svc
@@ -185,7 +203,12 @@ impl Edge {
             quic_configs: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
         });
-        Ok(Edge { shared, tcp, quic, admin })
+        Ok(Edge {
+            shared,
+            tcp,
+            quic,
+            admin,
+        })
     }
 
     /// The TCP (h2, http/1.1) address.
@@ -212,7 +235,12 @@ impl Edge {
     /// requests finish (up to [`SHUTDOWN_GRACE`]) and flushes telemetry.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let cancel = CancellationToken::new();
-        let Edge { shared, tcp, quic, admin } = self;
+        let Edge {
+            shared,
+            tcp,
+            quic,
+            admin,
+        } = self;
         let tcp_task = tokio::spawn(tcp::accept_loop(shared.clone(), tcp, cancel.clone()));
         let quic_task = tokio::spawn(quic::accept_loop(shared.clone(), quic.clone(), cancel.clone()));
         let admin_task = admin.map(|a| tokio::spawn(admin::serve(shared.metrics.clone(), a, cancel.clone())));
@@ -222,7 +250,10 @@ impl Edge {
         let _ = tcp_task.await;
         let _ = quic_task.await;
         shared.tracker.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, shared.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(SHUTDOWN_GRACE, shared.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("requests still running after {SHUTDOWN_GRACE:?}; stopping anyway");
         }
         quic.close(0u32.into(), b"edge shutting down");

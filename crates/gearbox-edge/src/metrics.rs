@@ -57,9 +57,24 @@ impl Metrics {
         let mut out = String::new();
         let series: [(&str, &str, &str, &[AtomicU64; 3]); 4] = [
             ("gearbox_requests_total", "counter", "Requests served.", &self.requests),
-            ("gearbox_response_bytes_total", "counter", "Response body bytes sent.", &self.response_bytes),
-            ("gearbox_connections_total", "counter", "Connections accepted.", &self.connections),
-            ("gearbox_open_connections", "gauge", "Connections open now.", &self.open_connections),
+            (
+                "gearbox_response_bytes_total",
+                "counter",
+                "Response body bytes sent.",
+                &self.response_bytes,
+            ),
+            (
+                "gearbox_connections_total",
+                "counter",
+                "Connections accepted.",
+                &self.connections,
+            ),
+            (
+                "gearbox_open_connections",
+                "gauge",
+                "Connections open now.",
+                &self.open_connections,
+            ),
         ];
         for (name, kind, help, values) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

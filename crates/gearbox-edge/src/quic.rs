@@ -81,7 +81,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
                 let shared2 = shared.clone();
                 let cancel2 = cancel.clone();
                 let cc = choice.cc.name().to_string();
-                shared.tracker.spawn(async move { connection(shared2, connecting, id, peer, cc, cancel2).await });
+                shared
+                    .tracker
+                    .spawn(async move { connection(shared2, connecting, id, peer, cc, cancel2).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "QUIC connection refused");
@@ -109,13 +111,17 @@ async fn connection(
             return;
         }
         Err(_) => {
-            shared.telemetry.write(&record(&shared, id, peer, "quic_handshake_timeout"));
+            shared
+                .telemetry
+                .write(&record(&shared, id, peer, "quic_handshake_timeout"));
             return;
         }
     };
     let _open = shared.metrics.connection(Protocol::H3);
     let watch = AckWatch::default();
-    let mut h3conn = match h3::server::builder().build::<_, Bytes>(AckConnection::new(quinn.clone(), watch.clone())).await
+    let mut h3conn = match h3::server::builder()
+        .build::<_, Bytes>(AckConnection::new(quinn.clone(), watch.clone()))
+        .await
     {
         Ok(c) => c,
         Err(e) => {
@@ -123,7 +129,14 @@ async fn connection(
             return;
         }
     };
-    let conn = Arc::new(Conn { shared: shared.clone(), id, peer, quinn, cc, watch });
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        id,
+        peer,
+        quinn,
+        cc,
+        watch,
+    });
     let mut closing = false;
     loop {
         let next = if closing {
@@ -220,6 +233,9 @@ async fn serve(
     }
     let acked = conn.watch.watch(stream.send_id());
     stream.finish().await?;
-    let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked).await.ok().and_then(Result::ok);
+    let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked)
+        .await
+        .ok()
+        .and_then(Result::ok);
     Ok((status, bytes, first_byte, ack))
 }

@@ -49,7 +49,10 @@ pub fn route(method: &Method, path: &str, max_bytes: u64, static_dir: Option<&Pa
                 StatusCode::BAD_REQUEST,
                 format!("/bytes/{n}: {n} is over this edge's limit of {max_bytes} bytes (max_bytes)\n"),
             ),
-            Err(_) => Route::Error(StatusCode::BAD_REQUEST, format!("/bytes/{{n}}: {n:?} is not a byte count\n")),
+            Err(_) => Route::Error(
+                StatusCode::BAD_REQUEST,
+                format!("/bytes/{{n}}: {n:?} is not a byte count\n"),
+            ),
         };
     }
     if path == "/echo" {
@@ -141,11 +144,19 @@ enum BodyKind {
 
 impl EdgeBody {
     fn full(b: impl Into<Bytes>) -> Self {
-        EdgeBody { kind: BodyKind::Full(Some(b.into())), sent: 0, on_end: None }
+        EdgeBody {
+            kind: BodyKind::Full(Some(b.into())),
+            sent: 0,
+            on_end: None,
+        }
     }
 
     fn repeat(n: u64) -> Self {
-        EdgeBody { kind: BodyKind::Repeat { remaining: n }, sent: 0, on_end: None }
+        EdgeBody {
+            kind: BodyKind::Repeat { remaining: n },
+            sent: 0,
+            on_end: None,
+        }
     }
 
     /// Calls `f` when the body ends or is dropped unfinished.
@@ -223,7 +234,10 @@ impl Body for EdgeBody {
 fn text(status: StatusCode, msg: String) -> Response<EdgeBody> {
     let mut r = Response::new(EdgeBody::full(msg));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
@@ -232,7 +246,13 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
     let cfg = &shared.config;
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let head = parts.method == Method::HEAD;
-    let r = route(&parts.method, path, cfg.max_bytes, cfg.static_dir.as_deref(), shared.proxy.is_some());
+    let r = route(
+        &parts.method,
+        path,
+        cfg.max_bytes,
+        cfg.static_dir.as_deref(),
+        shared.proxy.is_some(),
+    );
     let mut resp = match r {
         Route::Bytes(n) => {
             if parts.method == Method::POST {
@@ -240,8 +260,15 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
                     return text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n"));
                 }
             }
-            let mut r = Response::new(if head { EdgeBody::full(Bytes::new()) } else { EdgeBody::repeat(n) });
-            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            let mut r = Response::new(if head {
+                EdgeBody::full(Bytes::new())
+            } else {
+                EdgeBody::repeat(n)
+            });
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
             if head {
                 r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
             }
@@ -249,13 +276,17 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
         }
         Route::Echo => match body.read_all(cfg.max_bytes).await {
             Ok(b) if !b.is_empty() => Response::new(EdgeBody::full(b)),
-            Ok(_) => text(StatusCode::OK, format!("{} {} {:?}\n", parts.method, path, parts.version)),
+            Ok(_) => text(
+                StatusCode::OK,
+                format!("{} {} {:?}\n", parts.method, path, parts.version),
+            ),
             Err(e) => text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
         },
         Route::File(file) => match tokio::fs::read(&file).await {
             Ok(data) => {
                 let mut r = Response::new(EdgeBody::full(if head { Vec::new() } else { data }));
-                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(&file)));
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(&file)));
                 r
             }
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read {path}: {e}\n")),
@@ -266,7 +297,8 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
         },
         Route::Error(status, msg) => text(status, msg),
     };
-    resp.headers_mut().insert(header::SERVER, HeaderValue::from_static("gearbox"));
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("gearbox"));
     resp
 }
 
@@ -286,7 +318,10 @@ impl Proxy {
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .http09_responses(false)
             .build_http();
-        Some(Proxy { client, origin: uri.authority()?.clone() })
+        Some(Proxy {
+            client,
+            origin: uri.authority()?.clone(),
+        })
     }
 
     async fn forward(&self, parts: http::request::Parts, body: RequestBody, limit: u64) -> Response<EdgeBody> {
@@ -296,7 +331,12 @@ impl Proxy {
             Err(e) => return text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
         };
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = match http::Uri::builder().scheme("http").authority(self.origin.clone()).path_and_query(pq).build() {
+        let uri = match http::Uri::builder()
+            .scheme("http")
+            .authority(self.origin.clone())
+            .path_and_query(pq)
+            .build()
+        {
             Ok(u) => u,
             Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad path: {e}\n")),
         };
@@ -314,13 +354,23 @@ impl Proxy {
         match self.client.request(req).await {
             Ok(resp) => {
                 let (p, inc) = resp.into_parts();
-                let mut r = Response::from_parts(p, EdgeBody { kind: BodyKind::Upstream(inc), sent: 0, on_end: None });
+                let mut r = Response::from_parts(
+                    p,
+                    EdgeBody {
+                        kind: BodyKind::Upstream(inc),
+                        sent: 0,
+                        on_end: None,
+                    },
+                );
                 r.headers_mut().remove(header::CONNECTION);
                 r
             }
             Err(e) => {
                 tracing::warn!(error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "upstream request failed");
-                text(StatusCode::BAD_GATEWAY, format!("upstream {} failed: {e}\n", self.origin))
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("upstream {} failed: {e}\n", self.origin),
+                )
             }
         }
     }
@@ -332,7 +382,10 @@ mod tests {
 
     #[test]
     fn bytes_route_parses_its_size_and_enforces_the_limit() {
-        assert_eq!(route(&Method::GET, "/bytes/1000?x=1", 5000, None, false), Route::Bytes(1000));
+        assert_eq!(
+            route(&Method::GET, "/bytes/1000?x=1", 5000, None, false),
+            Route::Bytes(1000)
+        );
         match route(&Method::GET, "/bytes/6000", 5000, None, false) {
             Route::Error(s, m) => {
                 assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -340,12 +393,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(route(&Method::GET, "/bytes/ten", 5000, None, false), Route::Error(StatusCode::BAD_REQUEST, _)));
+        assert!(matches!(
+            route(&Method::GET, "/bytes/ten", 5000, None, false),
+            Route::Error(StatusCode::BAD_REQUEST, _)
+        ));
     }
 
     #[test]
     fn unknown_path_is_404_without_upstream_and_proxied_with_one() {
-        assert!(matches!(route(&Method::GET, "/nope", 1, None, false), Route::Error(StatusCode::NOT_FOUND, _)));
+        assert!(matches!(
+            route(&Method::GET, "/nope", 1, None, false),
+            Route::Error(StatusCode::NOT_FOUND, _)
+        ));
         assert_eq!(route(&Method::GET, "/nope", 1, None, true), Route::Proxy);
     }
 
@@ -354,9 +413,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.css"), "x").unwrap();
         std::fs::write(dir.path().join(".secret"), "x").unwrap();
-        assert_eq!(route(&Method::GET, "/a.css", 1, Some(dir.path()), false), Route::File(dir.path().join("a.css")));
+        assert_eq!(
+            route(&Method::GET, "/a.css", 1, Some(dir.path()), false),
+            Route::File(dir.path().join("a.css"))
+        );
         for p in ["/../etc/passwd", "/.secret", "/missing.css"] {
-            assert!(matches!(route(&Method::GET, p, 1, Some(dir.path()), false), Route::Error(StatusCode::NOT_FOUND, _)), "{p}");
+            assert!(
+                matches!(
+                    route(&Method::GET, p, 1, Some(dir.path()), false),
+                    Route::Error(StatusCode::NOT_FOUND, _)
+                ),
+                "{p}"
+            );
         }
     }
 }

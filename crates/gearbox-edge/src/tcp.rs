@@ -16,6 +16,8 @@ use crate::{Shared, SHUTDOWN_GRACE};
 
 /// Longest wait for the client to acknowledge a response's last byte.
 const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
+/// Longest wait for the client's FIN after the edge closed its side.
+const LINGER_LIMIT: Duration = Duration::from_secs(5);
 
 /// What every request of one TCP connection shares.
 struct Conn {
@@ -44,7 +46,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
         };
         let watcher = graceful.watcher();
         let shared2 = shared.clone();
-        shared.tracker.spawn(async move { connection(shared2, stream, peer, watcher).await });
+        shared
+            .tracker
+            .spawn(async move { connection(shared2, stream, peer, watcher).await });
     }
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
@@ -53,7 +57,10 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
 }
 
 fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
-    shared.metrics.handshake_failures_tcp.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    shared
+        .metrics
+        .handshake_failures_tcp
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     EdgeRecord {
         side: Side::Edge,
         schema: SCHEMA_VERSION,
@@ -98,11 +105,15 @@ async fn connection(
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            shared.telemetry.write(&error_record(&shared, id, peer, "tls_handshake"));
+            shared
+                .telemetry
+                .write(&error_record(&shared, id, peer, "tls_handshake"));
             return;
         }
         Err(_) => {
-            shared.telemetry.write(&error_record(&shared, id, peer, "tls_handshake_timeout"));
+            shared
+                .telemetry
+                .write(&error_record(&shared, id, peer, "tls_handshake_timeout"));
             return;
         }
     };
@@ -111,7 +122,14 @@ async fn connection(
         _ => Protocol::H1,
     };
     let _open = shared.metrics.connection(protocol);
-    let conn = Arc::new(Conn { shared: shared.clone(), id, peer, protocol, socket });
+    let conn_socket = socket.clone();
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        id,
+        peer,
+        protocol,
+        socket,
+    });
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let conn = conn.clone();
         async move { Ok::<_, std::convert::Infallible>(request(conn, req).await) }
@@ -136,6 +154,27 @@ async fn connection(
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+    linger(&conn_socket).await;
+}
+
+/// Closes the connection without losing data still on its way to the client.
+///
+/// hyper drops the stream once HTTP is done; closing a socket that still holds unread
+/// bytes from the peer (e.g. HTTP/2 WINDOW_UPDATEs) makes the kernel send RST and
+/// discard the unsent response tail. Our duplicate fd keeps the socket open: send FIN,
+/// then read until the client's FIN (bounded), so the close is orderly.
+async fn linger(socket: &socket2::Socket) {
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + LINGER_LIMIT;
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    while Instant::now() < deadline {
+        match socket.recv(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(_) => return,
+        }
     }
 }
 
@@ -208,8 +247,8 @@ async fn wait_acked(socket: &socket2::Socket) -> Option<Instant> {
         if info.tcpi_bytes_acked >= target {
             return Some(Instant::now());
         }
-        // Linux tcp_states.h: 1 = ESTABLISHED, 8 = CLOSE_WAIT (the client may close its side after reading).
-        if Instant::now() >= deadline || !matches!(info.tcpi_state, 1 | 8) {
+        // Linux tcp_states.h: 7 = CLOSE (reset or fully closed: nothing more will be acknowledged).
+        if Instant::now() >= deadline || info.tcpi_state == 7 {
             return None;
         }
         tokio::time::sleep(period).await;

@@ -36,7 +36,10 @@ impl Running {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        tokio::time::timeout(PEER_BOUND, &mut self.task).await.expect("edge stops").expect("edge task");
+        tokio::time::timeout(PEER_BOUND, &mut self.task)
+            .await
+            .expect("edge stops")
+            .expect("edge task");
         read_records(&self.telemetry())
     }
 }
@@ -50,6 +53,10 @@ fn read_records(path: &Path) -> Vec<Value> {
 }
 
 async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GEARBOX_TEST_LOG"))
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     gearbox_dataplane::tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).unwrap();
@@ -63,7 +70,10 @@ async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
     };
     tweak(&mut config);
     let policy = Arc::new(StaticPolicy {
-        quic: QuicChoice { cc: config.cc, initial_window_packets: config.initial_window },
+        quic: QuicChoice {
+            cc: config.cc,
+            initial_window_packets: config.initial_window,
+        },
         tcp: config.tcp_cc,
     });
     let edge = Edge::bind(config, policy).await.expect("edge binds");
@@ -72,7 +82,14 @@ async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
     let task = tokio::spawn(edge.serve(async move {
         let _ = rx.await;
     }));
-    Running { tcp, quic, admin, dir, stop: Some(tx), task }
+    Running {
+        tcp,
+        quic,
+        admin,
+        dir,
+        stop: Some(tx),
+        task,
+    }
 }
 
 fn need(tool: &str) -> String {
@@ -87,7 +104,10 @@ fn need(tool: &str) -> String {
 
 async fn run(cmd: &mut Command) -> std::process::Output {
     cmd.stdin(Stdio::null()).kill_on_drop(true);
-    tokio::time::timeout(PEER_BOUND, cmd.output()).await.expect("peer finishes in bounded time").expect("peer runs")
+    tokio::time::timeout(PEER_BOUND, cmd.output())
+        .await
+        .expect("peer finishes in bounded time")
+        .expect("peer runs")
 }
 
 async fn curl(edge: &Running, version: &str, path: &str, out: &Path) -> (String, String) {
@@ -101,7 +121,11 @@ async fn curl(edge: &Running, version: &str, path: &str, out: &Path) -> (String,
         .args(["-w", "\n%{http_version} %{http_code} %{size_download}"])
         .arg(&url))
     .await;
-    assert!(o.status.success(), "curl failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     let summary = text.lines().last().unwrap_or_default().to_string();
     (text, summary)
@@ -158,18 +182,28 @@ async fn ngtcp2_client_fetches_over_http3_and_the_edge_records_the_stream_acknow
     std::fs::create_dir_all(&dl).unwrap();
     let url = format!("https://127.0.0.1:{}/bytes/200000", edge.quic.port());
     let o = run(Command::new(need("gtlsclient"))
-        .args(["-q", "--exit-on-all-streams-close", "--timeout=10s"])
+        .args(["-q", "--timeout=1s"])
         .arg(format!("--download={}", dl.display()))
         .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
     .await;
-    assert!(o.status.success(), "gtlsclient failed: {}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(std::fs::metadata(dl.join("200000")).expect("downloaded file").len(), 200_000);
+    assert!(
+        o.status.success(),
+        "gtlsclient failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(dl.join("200000")).expect("downloaded file").len(),
+        200_000
+    );
     let records = edge.stop().await;
     let r = one(&records, "/bytes/200000");
     assert_eq!(r["protocol"], "h3");
     assert_eq!(r["bytes"], 200000);
     assert_eq!(r["server_time_source"], "quic_stream_acked");
-    assert_eq!(r["transport"]["cc"], "bbr", "congestion controller chosen per connection");
+    assert_eq!(
+        r["transport"]["cc"], "bbr",
+        "congestion controller chosen per connection"
+    );
     assert!(r["transport"]["sent_packets"].as_u64().unwrap() > 100);
 }
 
@@ -183,7 +217,10 @@ async fn metrics_count_requests_by_protocol() {
     let o = run(Command::new(need("curl")).args(["-sS", &format!("http://{admin}/metrics")])).await;
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("gearbox_requests_total{protocol=\"h2\"} 2"), "{text}");
-    assert!(text.contains("gearbox_response_bytes_total{protocol=\"h2\"} 30"), "{text}");
+    assert!(
+        text.contains("gearbox_response_bytes_total{protocol=\"h2\"} 30"),
+        "{text}"
+    );
     edge.stop().await;
 }
 
@@ -193,7 +230,7 @@ async fn shutdown_lets_an_in_flight_transfer_finish_and_flushes_its_record() {
     let out = edge.dir.path().join("body");
     let url = format!("https://localhost:{}/bytes/20000000", edge.tcp.port());
     // A slow reader: 20 MB at 20 MB/s takes about a second, so the shutdown lands mid-transfer.
-    let mut child = Command::new(need("curl"))
+    let child = Command::new(need("curl"))
         .args(["-sS", "--http2", "--limit-rate", "20M", "--cacert"])
         .arg(edge.cert())
         .args(["--resolve", &format!("localhost:{}:127.0.0.1", edge.tcp.port()), "-o"])
@@ -205,7 +242,10 @@ async fn shutdown_lets_an_in_flight_transfer_finish_and_flushes_its_record() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopping = tokio::spawn(edge.stop());
-    let done = tokio::time::timeout(PEER_BOUND, child.wait_with_output()).await.unwrap().unwrap();
+    let done = tokio::time::timeout(PEER_BOUND, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(done.status.success(), "curl: {}", String::from_utf8_lossy(&done.stderr));
     assert_eq!(std::fs::metadata(&out).unwrap().len(), 20_000_000);
     let records = stopping.await.unwrap();
@@ -218,16 +258,36 @@ async fn a_port_in_use_is_reported_as_such() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
     gearbox_dataplane::tls::write_self_signed(&["localhost".into()], &cert, &key).unwrap();
-    let config = EdgeConfig { listen: taken.local_addr().unwrap(), cert, key, ..EdgeConfig::default() };
-    let policy = Arc::new(StaticPolicy { quic: QuicChoice { cc: QuicCc::Cubic, initial_window_packets: None }, tcp: None });
+    let config = EdgeConfig {
+        listen: taken.local_addr().unwrap(),
+        cert,
+        key,
+        ..EdgeConfig::default()
+    };
+    let policy = Arc::new(StaticPolicy {
+        quic: QuicChoice {
+            cc: QuicCc::Cubic,
+            initial_window_packets: None,
+        },
+        tcp: None,
+    });
     let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
     assert!(err.contains("already in use"), "{err}");
 }
 
 #[tokio::test]
 async fn a_missing_certificate_names_the_file() {
-    let config = EdgeConfig { cert: "/nonexistent/cert.pem".into(), ..EdgeConfig::default() };
-    let policy = Arc::new(StaticPolicy { quic: QuicChoice { cc: QuicCc::Cubic, initial_window_packets: None }, tcp: None });
+    let config = EdgeConfig {
+        cert: "/nonexistent/cert.pem".into(),
+        ..EdgeConfig::default()
+    };
+    let policy = Arc::new(StaticPolicy {
+        quic: QuicChoice {
+            cc: QuicCc::Cubic,
+            initial_window_packets: None,
+        },
+        tcp: None,
+    });
     let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
     assert!(err.contains("/nonexistent/cert.pem"), "{err}");
 }
