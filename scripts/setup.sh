@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything gearbox's demo and tests need on a fresh Debian 12 machine
+# that already has Rust (rustup) and Python 3.11: the Debian packages used as real
+# peers in tests, the Rust components, and the Python virtual environment (.venv)
+# with the gearbox package built by maturin. Idempotent: a second run is quick.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+for pair in caddy:caddy nginx:nginx gtlsclient:ngtcp2-client gtlsserver:ngtcp2-server \
+            chromium:chromium iperf3:iperf3 curl:curl jq:jq; do
+  bin=${pair%%:*}; pkg=${pair##*:}
+  command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need_pkgs+=("$pkg")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  # Package scripts must not start the daemons (caddy, nginx): tests start their own.
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  $SUDO apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+scripts/python-setup.sh

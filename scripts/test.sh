@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test of gearbox: formatting and lints (rustfmt, clippy with warnings
+# denied, ruff), the Rust tests (unit, interop with real peers, emulator tests that
+# need root), and the Python tests. Sets up what is missing first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+echo "== rustfmt"; cargo fmt --all --check
+echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"; cargo build -p gearbox-cli --locked
+GEARBOX_BIN="$PWD/target/debug/gearbox" cargo test --workspace --locked
+echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
+echo "== pytest"; GEARBOX_BIN="$PWD/target/debug/gearbox" .venv/bin/pytest -q python/tests
+echo "all tests passed"
