@@ -20,6 +20,8 @@ use crate::Shared;
 /// Size of the shared payload that `/bytes/{n}` slices its frames from.
 const PAYLOAD_CHUNK: usize = 256 * 1024;
 static PAYLOAD: [u8; PAYLOAD_CHUNK] = [b'g'; PAYLOAD_CHUNK];
+/// Read size for static files.
+const FILE_CHUNK: usize = 256 * 1024;
 
 /// Where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +89,12 @@ fn static_file(dir: &Path, path: &str) -> Option<PathBuf> {
     out.is_file().then_some(out)
 }
 
+async fn open_file(path: &Path) -> std::io::Result<(tokio::fs::File, u64)> {
+    let f = tokio::fs::File::open(path).await?;
+    let len = f.metadata().await?.len();
+    Ok((f, len))
+}
+
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
         "html" | "htm" => "text/html; charset=utf-8",
@@ -138,7 +146,15 @@ pub struct EdgeBody {
 
 enum BodyKind {
     Full(Option<Bytes>),
-    Repeat { remaining: u64 },
+    /// A file streamed in chunks, with the bytes still to send.
+    File {
+        file: tokio::fs::File,
+        remaining: u64,
+        buf: bytes::BytesMut,
+    },
+    Repeat {
+        remaining: u64,
+    },
     Upstream(hyper::body::Incoming),
 }
 
@@ -196,6 +212,27 @@ impl Body for EdgeBody {
                     Some(Ok(Frame::data(Bytes::from_static(&PAYLOAD[..n]))))
                 }
             }
+            BodyKind::File { file, remaining, buf } => {
+                if *remaining == 0 {
+                    None
+                } else {
+                    if buf.capacity() < FILE_CHUNK {
+                        buf.reserve(FILE_CHUNK);
+                    }
+                    match tokio_util::io::poll_read_buf(Pin::new(file), cx, buf) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(0)) => Some(Err(format!("file ended {remaining} bytes early").into())),
+                        Poll::Ready(Ok(_)) => {
+                            let take = (buf.len() as u64).min(*remaining) as usize;
+                            *remaining -= take as u64;
+                            let chunk = buf.split_to(take).freeze();
+                            buf.clear();
+                            Some(Ok(Frame::data(chunk)))
+                        }
+                        Poll::Ready(Err(e)) => Some(Err(e.into())),
+                    }
+                }
+            }
             BodyKind::Upstream(inc) => match Pin::new(inc).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(f) => f.map(|r| r.map_err(Into::into)),
@@ -217,7 +254,7 @@ impl Body for EdgeBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             BodyKind::Full(b) => b.as_ref().is_none_or(|b| b.is_empty()),
-            BodyKind::Repeat { remaining } => *remaining == 0,
+            BodyKind::Repeat { remaining } | BodyKind::File { remaining, .. } => *remaining == 0,
             BodyKind::Upstream(inc) => inc.is_end_stream(),
         }
     }
@@ -225,7 +262,7 @@ impl Body for EdgeBody {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             BodyKind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            BodyKind::Repeat { remaining } => SizeHint::with_exact(*remaining),
+            BodyKind::Repeat { remaining } | BodyKind::File { remaining, .. } => SizeHint::with_exact(*remaining),
             BodyKind::Upstream(inc) => inc.size_hint(),
         }
     }
@@ -282,11 +319,28 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
             ),
             Err(e) => text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
         },
-        Route::File(file) => match tokio::fs::read(&file).await {
-            Ok(data) => {
-                let mut r = Response::new(EdgeBody::full(if head { Vec::new() } else { data }));
+        Route::File(file) => match open_file(&file).await {
+            Ok((f, len)) => {
+                let body = if head {
+                    EdgeBody::full(Bytes::new())
+                } else {
+                    let kind = BodyKind::File {
+                        file: f,
+                        remaining: len,
+                        buf: bytes::BytesMut::new(),
+                    };
+                    EdgeBody {
+                        kind,
+                        sent: 0,
+                        on_end: None,
+                    }
+                };
+                let mut r = Response::new(body);
                 r.headers_mut()
                     .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(&file)));
+                if head {
+                    r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                }
                 r
             }
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read {path}: {e}\n")),
@@ -363,6 +417,8 @@ impl Proxy {
                     },
                 );
                 r.headers_mut().remove(header::CONNECTION);
+                // The origin's HTTP version is its own business; the client gets ours.
+                *r.version_mut() = http::Version::HTTP_11;
                 r
             }
             Err(e) => {

@@ -291,3 +291,63 @@ async fn a_missing_certificate_names_the_file() {
     let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
     assert!(err.contains("/nonexistent/cert.pem"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_files_are_streamed_whole_and_everything_else_goes_to_the_upstream() {
+    // The upstream origin: Python's own HTTP server over a directory of its own.
+    let origin_dir = tempfile::tempdir().unwrap();
+    std::fs::write(origin_dir.path().join("from-origin.txt"), "hello from the origin\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut origin = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(origin_dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let up = format!("127.0.0.1:{port}");
+    let ready = async {
+        while tokio::net::TcpStream::connect(&up).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PEER_BOUND, ready).await.expect("origin starts");
+
+    let site = tempfile::tempdir().unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(site.path().join("big.bin"), &big).unwrap();
+    let site_path = site.path().to_path_buf();
+    let edge = start(move |c| {
+        c.static_dir = Some(site_path);
+        c.upstream = Some(format!("http://127.0.0.1:{port}"));
+    })
+    .await;
+    let out = edge.dir.path().join("body");
+    let (_, summary) = curl(&edge, "--http2", "/big.bin", &out).await;
+    assert_eq!(summary, "2 200 3000000");
+    assert_eq!(std::fs::read(&out).unwrap(), big, "the file arrives byte for byte");
+    let (_, summary) = curl(&edge, "--http1.1", "/from-origin.txt", &out).await;
+    assert_eq!(summary, "1.1 200 22");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello from the origin\n");
+    let (_, summary) = curl(&edge, "--http2", "/not-at-origin-either", &out).await;
+    assert!(
+        summary.starts_with("2 404"),
+        "the origin's 404 comes through: {summary}"
+    );
+    let records = edge.stop().await;
+    assert_eq!(one(&records, "/big.bin")["bytes"], 3000000);
+    assert_eq!(one(&records, "/from-origin.txt")["status"], 200);
+    let _ = origin.kill().await;
+}
