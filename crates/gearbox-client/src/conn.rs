@@ -69,6 +69,10 @@ pub(crate) struct ConnInfo {
 pub(crate) enum SnapshotSource {
     /// A duplicate of the TCP socket's descriptor: `TCP_INFO` works on any descriptor of
     /// the socket, and the duplicate stays valid even after hyper has closed its own.
+    /// (Borrowing hyper's raw descriptor number instead could read a reused number after
+    /// hyper closed it.) The price: the socket is only fully closed when the pooled
+    /// connection holding the duplicate is dropped, which happens when it is replaced or
+    /// evicted, so at most one closed-by-peer socket per pool slot lingers.
     Tcp(Arc<OwnedFd>),
     /// The quinn connection and the name of its congestion controller.
     Quic(quinn::Connection, &'static str),
@@ -155,9 +159,14 @@ pub(crate) struct TcpSlot {
 }
 
 /// The HTTP/1.1 slot of an origin: idle connections and the cap on open ones.
+///
+/// The semaphore caps connections in use; the idle list is capped at the same number,
+/// so requests that force new connections (a workload's `new_connection`) do not pile up
+/// open sockets: the least recently used idle connection is closed instead.
 pub(crate) struct H1Slot {
     pub permits: Arc<Semaphore>,
     pub idle: Mutex<Vec<H1Conn>>,
+    pub max: usize,
 }
 
 impl H1Slot {
@@ -177,7 +186,11 @@ impl H1Slot {
     pub fn put_back(&self, mut conn: H1Conn) {
         if !conn.sender.is_closed() {
             conn.last_used = Instant::now();
-            lock(&self.idle).push(conn);
+            let mut idle = lock(&self.idle);
+            idle.push(conn);
+            if idle.len() > self.max {
+                idle.remove(0);
+            }
         }
     }
 }
@@ -211,9 +224,11 @@ impl Pools {
         lock(&self.h1)
             .entry(key.clone())
             .or_insert_with(|| {
+                let max = max.max(1);
                 Arc::new(H1Slot {
-                    permits: Arc::new(Semaphore::new(max.max(1))),
+                    permits: Arc::new(Semaphore::new(max)),
                     idle: Mutex::new(Vec::new()),
+                    max,
                 })
             })
             .clone()
@@ -433,7 +448,7 @@ pub(crate) async fn open_h3(
         flag.store(true, Ordering::Release);
     });
     let local_port = endpoint.local_addr().map(|a| a.port()).unwrap_or(0);
-    let local_ip = quic.local_ip().or(dial.local);
+    let local_ip = quic.local_ip().or(dial.local).or_else(|| route_source(addr));
     let local_addr = match local_ip {
         Some(ip) => SocketAddr::new(ip, local_port).to_string(),
         None => endpoint.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -451,6 +466,20 @@ pub(crate) async fn open_h3(
         closed,
         last_used: Mutex::new(Instant::now()),
     })
+}
+
+/// The source address the kernel routes to `server` from, for records of QUIC
+/// connections on an unbound endpoint (quinn knows its local IP only when the socket
+/// reports packet info). Connecting a UDP socket sends nothing.
+fn route_source(server: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = if server.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = std::net::UdpSocket::bind(any).ok()?;
+    probe.connect(server).ok()?;
+    probe.local_addr().ok().map(|a| a.ip())
 }
 
 /// Milliseconds since `t`.

@@ -26,5 +26,8 @@ pub use error::ClientError;
 pub use gear::{StaticTransport, TransportGear, TransportPref};
 pub use page::{ObjectTiming, PageLoad, PageLoadOptions};
 
+// Types of the public API from other crates, so callers need not depend on them.
+pub use bytes::Bytes;
 pub use gearbox_dataplane::telemetry::{ClientRecord, Protocol};
 pub use gearbox_dataplane::tls::Trust;
+pub use http::{HeaderMap, HeaderValue, Method};

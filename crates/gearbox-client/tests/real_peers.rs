@@ -368,3 +368,35 @@ async fn page_loads_follow_dependencies_over_one_connection_on_h2_and_h3() {
     })
     .await;
 }
+
+#[test]
+fn the_blocking_client_fetches_without_an_async_runtime_and_writes_records() {
+    let site = Site::new();
+    let server = caddy(&site);
+    let file = site.path().join("records.jsonl");
+    let client = gearbox_client::BlockingClient::with_telemetry_file(site.config(), &file).expect("blocking client");
+    let url = format!("{}/hello.txt", server.origin());
+    for transport in [TransportPref::Tcp, TransportPref::Quic] {
+        let resp = client.get(&url, transport).expect("blocking GET");
+        assert_eq!(resp.body, HELLO.as_bytes());
+    }
+    let err = client
+        .get("http://127.0.0.1/", TransportPref::Tcp)
+        .expect_err("not https");
+    assert_eq!(err.kind(), "bad_url");
+    drop(client); // flushes telemetry
+    let lines = std::fs::read_to_string(&file).expect("records file");
+    let records: Vec<ClientRecord> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect();
+    let protocols: Vec<_> = records.iter().map(|r| (r.protocol, r.error.clone())).collect();
+    assert_eq!(
+        protocols,
+        vec![
+            (Protocol::H2, None),
+            (Protocol::H3, None),
+            (Protocol::H2, Some("bad_url".to_string()))
+        ]
+    );
+}
