@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use gearbox_cc::{QuicCc, TcpCc};
 use gearbox_client::{
-    Bytes, Client, ClientConfig, ClientError, ClientRecord, Method, PageLoadOptions, Request, StaticTransport, TransportGear,
-    TransportPref, Trust,
+    Bytes, Client, ClientConfig, ClientError, ClientRecord, Method, PageLoadOptions, Request, StaticTransport,
+    TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
@@ -119,11 +119,14 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| anyhow!("{flag} {s}: {e}"))
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
-fn telemetry_sink(path: Option<&Path>) -> anyhow::Result<TelemetrySink> {
+pub(crate) fn telemetry_sink(path: Option<&Path>) -> anyhow::Result<TelemetrySink> {
     match path {
         Some(p) => TelemetrySink::to_file(p).with_context(|| format!("cannot open telemetry file {}", p.display())),
         None => Ok(TelemetrySink::disabled()),
@@ -240,9 +243,9 @@ pub struct LoadArgs {
 /// Passes choices to a static gear and keeps every observed record for the summary.
 /// The client calls `observe` for every request, page objects included, so this sees
 /// exactly what went to telemetry.
-struct Collect {
-    inner: StaticTransport,
-    records: Arc<Mutex<Vec<ClientRecord>>>,
+pub(crate) struct Collect {
+    pub(crate) inner: StaticTransport,
+    pub(crate) records: Arc<Mutex<Vec<ClientRecord>>>,
 }
 
 impl TransportGear for Collect {
@@ -251,7 +254,10 @@ impl TransportGear for Collect {
     }
 
     fn observe(&mut self, record: &ClientRecord, _now: Instant) {
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(record.clone());
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record.clone());
     }
 }
 
@@ -280,11 +286,24 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let (records, page_loads) = rt.block_on(async {
         let sink = telemetry_sink(a.telemetry.as_deref())?;
         let records = Arc::new(Mutex::new(Vec::new()));
-        let gear = Collect { inner: StaticTransport::new(a.proto.into()), records: records.clone() };
+        let gear = Collect {
+            inner: StaticTransport::new(a.proto.into()),
+            records: records.clone(),
+        };
         let client = Client::with_gear(a.conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
         let paths = a.conn.local_addr.len().max(1);
         let page_loads = if matches!(spec.pattern(), Some(Pattern::Page(_))) {
-            replay_pages(&client, &spec, a.seed, &requests, &target, a.proto.into(), a.time_scale, paths).await?
+            replay_pages(
+                &client,
+                &spec,
+                a.seed,
+                &requests,
+                &target,
+                a.proto.into(),
+                a.time_scale,
+                paths,
+            )
+            .await?
         } else {
             replay_requests(&client, &requests, &target, a.proto.into(), a.time_scale, paths).await;
             Vec::new()
@@ -296,7 +315,11 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &records, &page_loads);
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{}", serde_json::to_string(&summary.to_json()).context("summary to JSON")?)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&summary.to_json()).context("summary to JSON")?
+        )?;
     } else {
         summary.print(&mut out, a.telemetry.as_deref())?;
     }
@@ -304,7 +327,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
 }
 
 /// Sends each request at its (scaled) send time, concurrently with those still running.
-async fn replay_requests(
+pub(crate) async fn replay_requests(
     client: &Client,
     requests: &[gearbox_workload::Request],
     target: &str,
@@ -318,7 +341,11 @@ async fn replay_requests(
         tokio::time::sleep_until(start + Duration::from_secs_f64((r.send_at_ms * time_scale).max(0.0) / 1e3)).await;
         let url = format!("{target}{}", r.path);
         let mut req = if r.request_bytes > 0 {
-            Request::post(url, bytes_of(usize::try_from(r.request_bytes).unwrap_or(usize::MAX)), transport)
+            Request::post(
+                url,
+                bytes_of(usize::try_from(r.request_bytes).unwrap_or(usize::MAX)),
+                transport,
+            )
         } else {
             Request::get(url, transport)
         };
@@ -360,10 +387,11 @@ async fn replay_pages(
     let start = tokio::time::Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for first in clicks {
-        let page_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(first.click));
+        let page_seed = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(u64::from(first.click));
         let page = spec.generate_page(page_seed).context("page workload")?;
-        tokio::time::sleep_until(start + Duration::from_secs_f64((first.send_at_ms * time_scale).max(0.0) / 1e3))
-            .await;
+        tokio::time::sleep_until(start + Duration::from_secs_f64((first.send_at_ms * time_scale).max(0.0) / 1e3)).await;
         let options = PageLoadOptions {
             transport,
             path_index: first.client_index as usize % paths,
@@ -372,7 +400,13 @@ async fn replay_pages(
         };
         let client = client.clone();
         let origin = target.to_string();
-        running.spawn(async move { client.load_page_with(&origin, &page, &options).await.ok().map(|p| p.page_load_ms) });
+        running.spawn(async move {
+            client
+                .load_page_with(&origin, &page, &options)
+                .await
+                .ok()
+                .map(|p| p.page_load_ms)
+        });
     }
     let mut loads = Vec::new();
     while let Some(done) = running.join_next().await {
@@ -390,7 +424,7 @@ struct ProtoStats {
     rct_ms: Vec<f64>,
 }
 
-struct Summary {
+pub(crate) struct Summary {
     workload: String,
     seed: u64,
     elapsed: Duration,
@@ -414,13 +448,15 @@ fn mean(v: &[f64]) -> Option<f64> {
 }
 
 impl Summary {
-    fn new(workload: &str, seed: u64, elapsed: Duration, records: &[ClientRecord], page_loads: &[f64]) -> Self {
+    pub(crate) fn new(workload: &str, seed: u64, elapsed: Duration, records: &[ClientRecord], page_loads: &[f64]) -> Self {
         let mut errors = BTreeMap::new();
         let mut by_protocol: BTreeMap<String, ProtoStats> = BTreeMap::new();
         for r in records {
-            let s = by_protocol
-                .entry(r.protocol.to_string())
-                .or_insert(ProtoStats { requests: 0, errors: 0, rct_ms: Vec::new() });
+            let s = by_protocol.entry(r.protocol.to_string()).or_insert(ProtoStats {
+                requests: 0,
+                errors: 0,
+                rct_ms: Vec::new(),
+            });
             s.requests += 1;
             match (&r.error, r.rct_ms) {
                 (Some(kind), _) => {
@@ -472,7 +508,7 @@ impl Summary {
         })
     }
 
-    fn print(&self, out: &mut impl Write, telemetry: Option<&Path>) -> std::io::Result<()> {
+    pub(crate) fn print(&self, out: &mut impl Write, telemetry: Option<&Path>) -> std::io::Result<()> {
         let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
         let error_count: usize = self.errors.values().sum();
         writeln!(
@@ -488,11 +524,19 @@ impl Summary {
             } else {
                 format!(
                     " ({})",
-                    self.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(", ")
+                    self.errors
+                        .iter()
+                        .map(|(k, n)| format!("{k}: {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             }
         )?;
-        writeln!(out, "{:<9}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}", "protocol", "requests", "errors", "mean_ms", "median_ms", "p90_ms", "p99_ms")?;
+        writeln!(
+            out,
+            "{:<9}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}",
+            "protocol", "requests", "errors", "mean_ms", "median_ms", "p90_ms", "p99_ms"
+        )?;
         for (p, s) in &self.by_protocol {
             writeln!(
                 out,
