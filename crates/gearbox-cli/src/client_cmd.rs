@@ -448,7 +448,13 @@ fn mean(v: &[f64]) -> Option<f64> {
 }
 
 impl Summary {
-    pub(crate) fn new(workload: &str, seed: u64, elapsed: Duration, records: &[ClientRecord], page_loads: &[f64]) -> Self {
+    pub(crate) fn new(
+        workload: &str,
+        seed: u64,
+        elapsed: Duration,
+        records: &[ClientRecord],
+        page_loads: &[f64],
+    ) -> Self {
         let mut errors = BTreeMap::new();
         let mut by_protocol: BTreeMap<String, ProtoStats> = BTreeMap::new();
         for r in records {
