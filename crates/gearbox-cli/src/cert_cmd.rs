@@ -21,6 +21,11 @@ pub struct CertArgs {
 /// Writes the pair and says where.
 pub fn run(a: CertArgs) -> anyhow::Result<()> {
     gearbox_dataplane::tls::write_self_signed(&a.names, &a.cert, &a.key).context("gearbox cert")?;
-    println!("wrote {} and {} for {}", a.cert.display(), a.key.display(), a.names.join(", "));
+    println!(
+        "wrote {} and {} for {}",
+        a.cert.display(),
+        a.key.display(),
+        a.names.join(", ")
+    );
     Ok(())
 }

@@ -97,7 +97,10 @@ impl EdgeArgs {
 /// The static policy the flags describe.
 pub fn static_policy(c: &EdgeConfig) -> Arc<StaticPolicy> {
     Arc::new(StaticPolicy {
-        quic: QuicChoice { cc: c.cc, initial_window_packets: c.initial_window },
+        quic: QuicChoice {
+            cc: c.cc,
+            initial_window_packets: c.initial_window,
+        },
         tcp: c.tcp_cc,
     })
 }
@@ -113,7 +116,9 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
             "gearbox edge: https://{} (h2, http/1.1) and h3 on udp {}{}",
             edge.tcp_addr(),
             edge.quic_addr(),
-            edge.admin_addr().map(|a| format!("; metrics on http://{a}/metrics")).unwrap_or_default()
+            edge.admin_addr()
+                .map(|a| format!("; metrics on http://{a}/metrics"))
+                .unwrap_or_default()
         );
         edge.serve(gearbox_edge::shutdown_signal()).await;
         eprintln!("gearbox edge: stopped");
