@@ -10,6 +10,7 @@ mod cert_cmd;
 mod client_cmd;
 mod demo_cmd;
 mod edge_cmd;
+mod emu_cmd;
 
 /// gearbox: adaptive web transport — edge server, client, lab and learners.
 #[derive(Parser)]
@@ -34,6 +35,8 @@ enum Command {
     Load(client_cmd::LoadArgs),
     /// Run the main job: an edge and a client on loopback, RCT statistics per protocol.
     Demo(demo_cmd::DemoArgs),
+    /// Run commands across an emulated network path (needs root).
+    Emu(emu_cmd::EmuArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Get(a) => client_cmd::run_get(a),
         Command::Load(a) => client_cmd::run_load(a),
         Command::Demo(a) => demo_cmd::run(a),
+        Command::Emu(a) => emu_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,307 @@
+//! The relay thread: one thread, one epoll set over the two TUN descriptors, a
+//! timerfd armed at the links' next wake-up, and an eventfd to stop it.
+//!
+//! One thread because the links are one ordered state machine per direction
+//! and the work per packet is small next to the two system calls it costs
+//! (read from one TUN, write to the other): more threads would add locking and
+//! reordering for no gain on a 1-2 core budget. Packets are read into slices of
+//! one large `BytesMut` and frozen into `Bytes`, so the hot path allocates once
+//! per ~700 packets and the buffer is reused once the packets in it are gone.
+//!
+//! Time: CLOCK_MONOTONIC minus the epoch taken when the relay starts, which is
+//! every link's time zero. The timer fires at an absolute monotonic time, late
+//! by at most the thread's timer slack (`relay.timer_slack_ns`).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use gearbox_link::{DropReason, EventKind, PacketEvent};
+
+use crate::core::{Core, LinkReport, Side};
+use crate::sys::{self, Epoll, Timer, Waker};
+
+/// What the relay did, returned when it stops.
+#[derive(Debug, Clone)]
+pub struct RelayReport {
+    /// Counters of every link, in plan order.
+    pub links: Vec<LinkReport>,
+    /// Packets no path matched (not IPv4, or an address outside the plan).
+    pub unroutable_packets: u64,
+    /// Packets the kernel refused when written to a TUN device.
+    pub tun_write_errors: u64,
+    /// CPU time (user + system) of the relay thread.
+    pub cpu_time: Duration,
+    /// How long the relay ran.
+    pub wall_time: Duration,
+    /// Writing the event log failed (the log stops at the first error).
+    pub events_error: Option<String>,
+}
+
+/// Size of the receive arena; a new one is taken when less than [`MAX_PACKET`] is left.
+const ARENA_BYTES: usize = 1 << 20;
+/// The largest packet a TUN read can return (the IPv4 maximum).
+const MAX_PACKET: usize = 65_536;
+/// Packets read from one device before the links get a turn, so one busy
+/// direction cannot starve the timers.
+const READ_BATCH: usize = 64;
+
+const TOKEN_CLIENT: u64 = 0;
+const TOKEN_SERVER: u64 = 1;
+const TOKEN_TIMER: u64 = 2;
+const TOKEN_STOP: u64 = 3;
+
+/// A running relay thread.
+pub struct RelayHandle {
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<io::Result<RelayReport>>>,
+}
+
+impl RelayHandle {
+    /// Starts the relay. `epoch` (monotonic) is the links' time zero.
+    pub fn spawn(
+        core: Core,
+        client_tun: OwnedFd,
+        server_tun: OwnedFd,
+        epoch: Duration,
+        timer_slack_ns: u64,
+        events: Option<File>,
+    ) -> io::Result<Self> {
+        let waker = Arc::new(Waker::new()?);
+        let w = waker.clone();
+        let thread = std::thread::Builder::new()
+            .name("gearbox-emu-relay".into())
+            .spawn(move || {
+                let mut relay = Relay {
+                    core,
+                    client_tun,
+                    server_tun,
+                    epoch,
+                    arena: BytesMut::with_capacity(ARENA_BYTES),
+                    events: events.map(|f| BufWriter::with_capacity(1 << 16, f)),
+                    events_error: None,
+                    labels: Vec::new(),
+                    pending: Vec::new(),
+                    tun_write_errors: 0,
+                };
+                relay.run(&w, timer_slack_ns)
+            })?;
+        Ok(RelayHandle {
+            waker,
+            thread: Some(thread),
+        })
+    }
+
+    /// True once the thread has ended (by `stop` or by an error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the relay and returns its report.
+    pub fn stop(mut self) -> io::Result<RelayReport> {
+        self.waker.wake();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the relay thread panicked"))),
+            None => Err(io::Error::other("the relay was already stopped")),
+        }
+    }
+}
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.waker.wake();
+            let _ = t.join();
+        }
+    }
+}
+
+struct Relay {
+    core: Core,
+    client_tun: OwnedFd,
+    server_tun: OwnedFd,
+    epoch: Duration,
+    arena: BytesMut,
+    events: Option<BufWriter<File>>,
+    events_error: Option<String>,
+    /// JSON-escaped label of each link (user text: path names).
+    labels: Vec<String>,
+    /// Events drained from the links, waiting to be written (reused).
+    pending: Vec<(usize, PacketEvent)>,
+    tun_write_errors: u64,
+}
+
+fn reason_name(r: DropReason) -> &'static str {
+    match r {
+        DropReason::PolicerBlocked => "policer_blocked",
+        DropReason::PolicerRandom => "policer_random",
+        DropReason::PolicerRateLimited => "policer_rate_limited",
+        DropReason::RandomLoss => "random_loss",
+        DropReason::QueueFull => "queue_full",
+        DropReason::QueueHeadDrop => "queue_head_drop",
+        DropReason::Codel => "codel",
+    }
+}
+
+impl Relay {
+    fn now(&self) -> Duration {
+        sys::monotonic_now().saturating_sub(self.epoch)
+    }
+
+    fn run(&mut self, waker: &Waker, timer_slack_ns: u64) -> io::Result<RelayReport> {
+        let cpu_start = sys::thread_cpu_time();
+        if let Err(e) = sys::set_timer_slack(timer_slack_ns) {
+            tracing::warn!("relay: cannot set timer slack to {timer_slack_ns} ns: {e}");
+        }
+        self.labels = self
+            .core
+            .plan()
+            .links
+            .iter()
+            .map(|l| serde_json::to_string(&l.label).unwrap_or_else(|_| "\"?\"".into()))
+            .collect();
+        let epoll = Epoll::new()?;
+        let timer = Timer::new()?;
+        epoll.add(self.client_tun.as_raw_fd(), TOKEN_CLIENT)?;
+        epoll.add(self.server_tun.as_raw_fd(), TOKEN_SERVER)?;
+        epoll.add(timer.fd(), TOKEN_TIMER)?;
+        epoll.add(waker.fd(), TOKEN_STOP)?;
+        let mut ready = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        let mut timer_at: Option<Duration> = None;
+        'run: loop {
+            let n = epoll.wait(&mut ready)?;
+            for ev in &ready[..n] {
+                match ev.u64 {
+                    TOKEN_CLIENT => self.read_all(Side::Client)?,
+                    TOKEN_SERVER => self.read_all(Side::Server)?,
+                    TOKEN_TIMER => {
+                        timer.clear();
+                        timer_at = None;
+                    }
+                    _ => break 'run,
+                }
+            }
+            self.service();
+            let next = self.core.next_wakeup();
+            if next != timer_at {
+                timer.set(next.map(|t| self.epoch + t))?;
+                timer_at = next;
+            }
+            self.write_events();
+        }
+        self.service();
+        self.write_events();
+        if let Some(w) = &mut self.events {
+            if let Err(e) = w.flush() {
+                self.events_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        Ok(RelayReport {
+            links: self.core.reports(),
+            unroutable_packets: self.core.unroutable_packets,
+            tun_write_errors: self.tun_write_errors,
+            cpu_time: sys::thread_cpu_time().saturating_sub(cpu_start),
+            wall_time: self.now(),
+            events_error: self.events_error.take(),
+        })
+    }
+
+    /// Reads up to [`READ_BATCH`] packets from one side into the links.
+    fn read_all(&mut self, from: Side) -> io::Result<()> {
+        let fd = match from {
+            Side::Client => self.client_tun.as_raw_fd(),
+            Side::Server => self.server_tun.as_raw_fd(),
+        };
+        for _ in 0..READ_BATCH {
+            if self.arena.capacity() - self.arena.len() < MAX_PACKET {
+                // Reuses the old allocation when every packet cut from it is gone.
+                self.arena.reserve(ARENA_BYTES);
+            }
+            let Some(len) = sys::read_nonblocking(fd, self.arena.spare_capacity_mut())? else {
+                break;
+            };
+            // SAFETY: the kernel initialised `len` bytes of the spare capacity.
+            unsafe { self.arena.set_len(len) };
+            let packet: Bytes = self.arena.split().freeze();
+            if len == 0 {
+                continue;
+            }
+            let now = self.now();
+            match from {
+                Side::Client => self.core.from_client(now, packet),
+                Side::Server => self.core.from_server(now, packet),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the links that are due and writes what leaves them.
+    fn service(&mut self) {
+        let now = self.now();
+        let (client, server): (RawFd, RawFd) = (self.client_tun.as_raw_fd(), self.server_tun.as_raw_fd());
+        let errors = &mut self.tun_write_errors;
+        self.core.poll(now, &mut |side, p| {
+            let fd = match side {
+                Side::Client => client,
+                Side::Server => server,
+            };
+            if sys::write_packet(fd, &p).is_err() {
+                *errors += 1;
+            }
+        });
+    }
+
+    fn write_events(&mut self) {
+        if self.events.is_none() {
+            return;
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        self.core.drain_events(&mut |k, e| pending.push((k, *e)));
+        if let Some(w) = &mut self.events {
+            let links = &self.core.plan().links;
+            let mut result = Ok(());
+            for (k, e) in &pending {
+                let dir = links.get(*k).map_or("?", |l| l.dir.as_str());
+                let label = self.labels.get(*k).map_or("\"?\"", String::as_str);
+                result = write_event(w, label, dir, e);
+                if result.is_err() {
+                    break;
+                }
+            }
+            if let Err(e) = result {
+                self.events_error = Some(e.to_string());
+                self.events = None;
+            }
+        }
+        pending.clear();
+        self.pending = pending;
+    }
+}
+
+/// One JSON line of the event log (format in docs/emu.md); `label` is already JSON.
+fn write_event(w: &mut impl Write, label: &str, dir: &str, e: &PacketEvent) -> io::Result<()> {
+    write!(
+        w,
+        "{{\"t_us\":{},\"link\":{label},\"dir\":\"{dir}\",\"seq\":{},\"len\":{}",
+        e.at.as_micros(),
+        e.seq,
+        e.len_bytes
+    )?;
+    match e.kind {
+        EventKind::Enqueue => writeln!(w, ",\"event\":\"enqueue\"}}"),
+        EventKind::Drop(r) => writeln!(w, ",\"event\":\"drop\",\"reason\":\"{}\"}}", reason_name(r)),
+        EventKind::Deliver { departed_at } => {
+            writeln!(
+                w,
+                ",\"event\":\"deliver\",\"departed_us\":{}}}",
+                departed_at.as_micros()
+            )
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The `gearbox emu` sequence: start the emulator, the server, wait until it
+//! is ready, run the client, stop everything (docs/emu.md "Sequence").
+//!
+//! Readiness is read from the server namespace's socket tables rather than
+//! probed with a connection: a probe would cross the emulated links, show up
+//! in the event log and disturb a loss or policing experiment, and a fixed
+//! sleep is either too short on a loaded machine or wasted time.
+
+use std::process::{Child, ExitStatus};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::{sys, EmuConfig, EmuError, Emulator, EmulatorOptions, RelayReport, Side};
+
+/// A port the server must have bound before the client starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadyPort {
+    /// Port number.
+    pub port: u16,
+    /// TCP (in LISTEN state) or UDP (bound).
+    pub udp: bool,
+}
+
+impl FromStr for ReadyPort {
+    type Err = String;
+
+    /// `5201/tcp`, `4433/udp`; a bare number means TCP.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (port, proto) = s.trim().split_once('/').unwrap_or((s.trim(), "tcp"));
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{s:?}: expected PORT/tcp or PORT/udp with PORT in 1..=65535"))?;
+        let udp = match proto.to_ascii_lowercase().as_str() {
+            "tcp" => false,
+            "udp" => true,
+            other => return Err(format!("{s:?}: protocol {other:?} is neither tcp nor udp")),
+        };
+        if port == 0 {
+            return Err(format!("{s:?}: port 0 cannot be waited for"));
+        }
+        Ok(ReadyPort { port, udp })
+    }
+}
+
+/// What to run across the emulator.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Emulator options (seed, event log, name).
+    pub emulator: EmulatorOptions,
+    /// `sh -c` command for the server namespace.
+    pub server: Option<String>,
+    /// `sh -c` command for the client namespace.
+    pub client: Option<String>,
+    /// Without a client: how long to run. With one: its time limit.
+    pub duration: Option<Duration>,
+    /// Ports that make the server ready (empty: any listening socket).
+    pub ready_ports: Vec<ReadyPort>,
+    /// How long the server may take to become ready.
+    pub ready_timeout: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            emulator: EmulatorOptions::default(),
+            server: None,
+            client: None,
+            duration: None,
+            ready_ports: Vec::new(),
+            ready_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Exit code for the caller: the client's, 124 if the time limit killed
+    /// it, 0 when there was no client.
+    pub exit_code: i32,
+    /// Set when a signal (SIGINT, SIGTERM, SIGHUP) stopped the run.
+    pub signal: Option<i32>,
+    /// The relay's report.
+    pub report: RelayReport,
+    /// The run name.
+    pub name: String,
+}
+
+/// The last stop signal received (0 = none).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    STOP_SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP request a clean stop instead of killing
+/// the process (which would leave the cleanup to the watchdog).
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let handler = on_stop_signal as extern "C" fn(libc::c_int);
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// A started command and its process group.
+struct Proc {
+    child: Child,
+    side: &'static str,
+}
+
+impl Proc {
+    fn spawn(emu: &Emulator, side: Side, shell: &str) -> Result<Self, EmuError> {
+        let name = match side {
+            Side::Server => "server",
+            Side::Client => "client",
+        };
+        let child = emu
+            .command(side, shell)
+            .spawn()
+            .map_err(|source| EmuError::Spawn { side: name, source })?;
+        Ok(Proc { child, side: name })
+    }
+
+    /// SIGTERM to the group, SIGKILL after `grace`; returns its status if it could be reaped.
+    fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Ok(Some(s)) = self.child.try_wait() {
+            // The leader is gone; its group may not be.
+            sys::kill_group(self.child.id(), libc::SIGKILL);
+            return Some(s);
+        }
+        sys::kill_group(self.child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                sys::kill_group(self.child.id(), libc::SIGKILL);
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tracing::debug!("{} command ignored SIGTERM; killing it", self.side);
+        sys::kill_group(self.child.id(), libc::SIGKILL);
+        self.child.wait().ok()
+    }
+}
+
+const POLL: Duration = Duration::from_millis(10);
+const GRACE: Duration = Duration::from_secs(1);
+
+fn stop_requested() -> Option<i32> {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Waits until the server has bound what it should; errors if it exits,
+/// times out, or a stop signal arrives.
+fn wait_ready(server: &mut Proc, ports: &[ReadyPort], timeout: Duration) -> Result<(), EmuError> {
+    let deadline = Instant::now() + timeout;
+    let pid = server.child.id();
+    loop {
+        if let Ok(Some(s)) = server.child.try_wait() {
+            return Err(EmuError::Server(format!("exited ({s}) before it was ready")));
+        }
+        let (tcp, udp) = crate::netns::bound_ports(pid);
+        let ready = if ports.is_empty() {
+            !tcp.is_empty() || !udp.is_empty()
+        } else {
+            ports.iter().all(|p| {
+                if p.udp {
+                    udp.contains(&p.port)
+                } else {
+                    tcp.contains(&p.port)
+                }
+            })
+        };
+        if ready {
+            return Ok(());
+        }
+        if let Some(sig) = stop_requested() {
+            return Err(EmuError::Server(format!("stopped by signal {sig} before it was ready")));
+        }
+        if Instant::now() >= deadline {
+            let what = if ports.is_empty() {
+                "no listening TCP or bound UDP socket".to_string()
+            } else {
+                let list: Vec<String> = ports
+                    .iter()
+                    .map(|p| format!("{}/{}", p.port, if p.udp { "udp" } else { "tcp" }))
+                    .collect();
+                format!("not all of {} bound", list.join(","))
+            };
+            return Err(EmuError::Server(format!(
+                "not ready after {:.1} s ({what} in the server namespace)",
+                timeout.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Runs the whole sequence. Installs handlers for SIGINT, SIGTERM and SIGHUP
+/// that turn them into a clean stop.
+pub fn run(config: &EmuConfig, options: &RunOptions) -> Result<RunOutcome, EmuError> {
+    install_stop_handlers();
+    STOP_SIGNAL.store(0, Ordering::SeqCst);
+    let emu = Emulator::start(config, &options.emulator)?;
+    let name = emu.name().to_string();
+    let mut server = match &options.server {
+        Some(cmd) => Some(Proc::spawn(&emu, Side::Server, cmd)?),
+        None => None,
+    };
+    let result = (|| -> Result<(i32, Option<i32>), EmuError> {
+        if let Some(s) = &mut server {
+            wait_ready(s, &options.ready_ports, options.ready_timeout)?;
+        }
+        let mut client = match &options.client {
+            Some(cmd) => Some(Proc::spawn(&emu, Side::Client, cmd)?),
+            None => None,
+        };
+        let deadline = options.duration.map(|d| Instant::now() + d);
+        loop {
+            if let Some(c) = &mut client {
+                if let Ok(Some(status)) = c.child.try_wait() {
+                    c.stop(Duration::ZERO);
+                    return Ok((exit_code(status), None));
+                }
+            }
+            if let Some(sig) = stop_requested() {
+                let code = match &mut client {
+                    Some(c) => c.stop(GRACE).map_or(128 + sig, exit_code),
+                    None => 0,
+                };
+                return Ok((code, Some(sig)));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let code = match &mut client {
+                    Some(c) => {
+                        c.stop(GRACE);
+                        124
+                    }
+                    None => 0,
+                };
+                return Ok((code, None));
+            }
+            if !emu.relay_running() {
+                if let Some(c) = &mut client {
+                    c.stop(GRACE);
+                }
+                return Err(EmuError::Relay(std::io::Error::other(
+                    "the relay thread stopped unexpectedly",
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+    })();
+    if let Some(s) = &mut server {
+        s.stop(GRACE);
+    }
+    let report = emu.stop();
+    let (exit_code, signal) = result?;
+    Ok(RunOutcome {
+        exit_code,
+        signal,
+        report: report?,
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_ports_parse_with_protocol() {
+        assert_eq!("5201/tcp".parse(), Ok(ReadyPort { port: 5201, udp: false }));
+        assert_eq!("4433/UDP".parse(), Ok(ReadyPort { port: 4433, udp: true }));
+        assert_eq!("80".parse(), Ok(ReadyPort { port: 80, udp: false }));
+        assert!("0/tcp".parse::<ReadyPort>().is_err());
+        assert!("70000/tcp".parse::<ReadyPort>().is_err());
+        assert!("53/sctp".parse::<ReadyPort>().unwrap_err().contains("sctp"));
+    }
+}

@@ -1,0 +1,241 @@
+//! The few Linux system calls the emulator makes, each wrapped once so the
+//! `unsafe` stays in this file.
+//!
+//! Hand-written rather than a crate because each is a handful of lines and the
+//! TUN crates (`tun`, `tun-tap`, `tokio-tun`) create the device in the caller's
+//! own namespace only: none can open it inside another network namespace, which
+//! is the whole point here (a thread `setns`es into the namespace, opens
+//! `/dev/net/tun` there, and the descriptor keeps working from the root
+//! namespace). `nix` would cover the rest, but pulling it in for six calls that
+//! libc already declares buys little.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// `-1` from a libc call → the thread's `errno` as an `io::Error`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Name of the TUN device the emulator opens in each namespace.
+pub const TUN_NAME: &str = "gbx0";
+
+/// Moves the calling thread into the network namespace behind `ns` (a file
+/// such as `/run/netns/NAME`). Only this thread moves; other threads keep theirs.
+pub fn enter_netns(ns: &File) -> io::Result<()> {
+    // SAFETY: setns only reads the descriptor; a bad one is an error return.
+    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(|_| ())
+}
+
+/// Opens a non-persistent layer-3 TUN device named `name` (no packet-info
+/// header: each read or write is exactly one IP packet) in the calling
+/// thread's network namespace. The device disappears when the descriptor is
+/// closed, which is what makes a crashed relay leave nothing behind.
+pub fn open_tun(name: &str) -> io::Result<OwnedFd> {
+    let path = CString::new("/dev/net/tun").map_err(io::Error::other)?;
+    // SAFETY: a valid NUL-terminated path; the result is checked.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) })?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.is_empty() || name.len() >= req.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad TUN device name"));
+    }
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut libc::ifreq) })?;
+    Ok(fd)
+}
+
+/// Reads one packet into `buf`; `Ok(None)` when nothing is waiting.
+pub fn read_nonblocking(fd: RawFd, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<Option<usize>> {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// Writes one packet; a TUN write is all or nothing.
+pub fn write_packet(fd: RawFd, packet: &[u8]) -> io::Result<()> {
+    // SAFETY: reads `packet.len()` bytes from a live slice.
+    let n = unsafe { libc::write(fd, packet.as_ptr().cast(), packet.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// An epoll instance.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; the result is checked and then owned.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: fresh descriptor, owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for reading (level-triggered), reporting `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` lives for the call.
+        check(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
+    }
+
+    /// Waits for readiness; returns how many entries of `events` were filled.
+    pub fn wait(&self, events: &mut [libc::epoll_event]) -> io::Result<usize> {
+        let max = events.len().min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: the kernel fills at most `max` entries of `events`.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, -1) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC, the clock timerfd uses.
+pub fn monotonic_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-parameter; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+/// A CLOCK_MONOTONIC timerfd armed at absolute times.
+pub struct Timer(OwnedFd);
+
+impl Timer {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; the result is checked and then owned.
+        let fd = check(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+        // SAFETY: fresh descriptor, owned by nobody else.
+        Ok(Timer(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Fires once at monotonic time `at` (immediately if it has passed);
+    /// `None` disarms.
+    pub fn set(&self, at: Option<Duration>) -> io::Result<()> {
+        let value = match at {
+            // An all-zero it_value disarms, so a deadline of exactly 0 becomes 1 ns.
+            Some(t) => libc::timespec {
+                tv_sec: t.as_secs() as libc::time_t,
+                tv_nsec: t.subsec_nanos().max(u32::from(t.as_secs() == 0)) as libc::c_long,
+            },
+            None => libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: value,
+        };
+        // SAFETY: `spec` lives for the call; the old value is not requested.
+        check(unsafe {
+            libc::timerfd_settime(self.0.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+        })
+        .map(|_| ())
+    }
+
+    /// Clears a pending expiry (so level-triggered epoll stops reporting it).
+    pub fn clear(&self) {
+        let mut count = [std::mem::MaybeUninit::<u8>::uninit(); 8];
+        // Nothing to do on error: EAGAIN means it was already clear.
+        let _ = read_nonblocking(self.0.as_raw_fd(), &mut count);
+    }
+}
+
+/// An eventfd used to wake the relay from another thread.
+pub struct Waker(OwnedFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; the result is checked and then owned.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fresh descriptor, owned by nobody else.
+        Ok(Waker(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // A full counter (EAGAIN) already means "woken".
+        let _ = write_packet(self.0.as_raw_fd(), &one);
+    }
+}
+
+/// Sets the calling thread's timer slack: how late the kernel may fire its
+/// timers to batch wake-ups. Smaller = more exact delays, more wake-ups.
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument.
+    check(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) }).map(|_| ())
+}
+
+/// CPU time (user + system) the calling thread has used.
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-parameter.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) * 1000) as u32);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The effective user id (0 = root).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Sends `sig` to every process of process group `pgid`.
+pub fn kill_group(pgid: u32, sig: libc::c_int) {
+    if let Ok(p) = libc::pid_t::try_from(pgid) {
+        if p > 1 {
+            // SAFETY: plain syscall; ESRCH (already gone) is fine.
+            unsafe { libc::kill(-p, sig) };
+        }
+    }
+}
+
+/// Sends `sig` to one process.
+pub fn kill_pid(pid: u32, sig: libc::c_int) {
+    if let Ok(p) = libc::pid_t::try_from(pid) {
+        if p > 1 {
+            // SAFETY: plain syscall; ESRCH (already gone) is fine.
+            unsafe { libc::kill(p, sig) };
+        }
+    }
+}
