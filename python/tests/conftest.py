@@ -1,0 +1,68 @@
+"""Fixtures: a real `gearbox edge` in a subprocess, with its own certificate.
+
+The binary is $GEARBOX_BIN, else target/release/gearbox or target/debug/gearbox (the newer
+one); build it with `cargo build -p gearbox-cli`. Tests that need it are skipped, saying so,
+when none is found and GEARBOX_BIN is unset.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import Edge, find_gearbox_bin, free_port, make_cert, stop, wait_until_listening
+
+
+@pytest.fixture(scope="session")
+def gearbox_bin() -> Path:
+    path = find_gearbox_bin()
+    if path is None:
+        pytest.skip("no gearbox binary: run `cargo build -p gearbox-cli` or set GEARBOX_BIN")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"GEARBOX_BIN={path} is not an executable file")
+    return path
+
+
+@pytest.fixture(scope="module")
+def edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    directory = tmp_path_factory.mktemp("edge")
+    cert, key = make_cert(gearbox_bin, directory, "edge")
+    port = free_port()
+    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
+    with log.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                str(gearbox_bin),
+                "edge",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--cert",
+                str(cert),
+                "--key",
+                str(key),
+                "--telemetry",
+                str(telemetry),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until_listening(proc, port, log)
+        yield Edge(origin=f"https://127.0.0.1:{port}", port=port, cert=cert, telemetry=telemetry, log=log)
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="session")
+def other_cert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A certificate the edge was not given: trusting only it must fail the handshake."""
+    import gearbox
+
+    directory = tmp_path_factory.mktemp("other")
+    cert, key = directory / "other.pem", directory / "other-key.pem"
+    gearbox.make_cert(["localhost", "127.0.0.1"], cert, key)
+    return cert

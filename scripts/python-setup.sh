@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Makes the Python environment of gearbox: .venv at the repository root with maturin, the
+# dev and lab extras, and the gearbox package: the Rust extension gearbox._native built in
+# release mode, the Python sources under python/ installed editable (used in place).
+# Idempotent: reuses .venv, pip skips what is installed, the cargo build is incremental.
+#   scripts/python-setup.sh                        # dev and lab extras
+#   GEARBOX_PY_EXTRAS=dev scripts/python-setup.sh  # fewer extras
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=${GEARBOX_PY_EXTRAS:-dev,lab}
+py=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  echo "python-setup: creating .venv with $("$py" --version)"
+  "$py" -m venv .venv
+fi
+if ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "python-setup: .venv has $(.venv/bin/python --version); gearbox needs Python 3.11+" >&2
+  exit 1
+fi
+if ! .venv/bin/maturin --version >/dev/null 2>&1; then
+  .venv/bin/pip install --quiet 'maturin>=1.7,<2'
+fi
+
+# maturin builds with cargo's default target dir (target/), shared with the workspace,
+# and pip-installs the extras' packages listed in pyproject.toml.
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --extras "$extras"
+.venv/bin/python -c 'import gearbox; print("python-setup: gearbox", gearbox.__version__, "ready in .venv")'
