@@ -18,6 +18,8 @@ use crate::Shared;
 
 /// Longest wait for the client to acknowledge a response's last byte.
 const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
+/// How long a connection that was sent GOAWAY waits for requests already on their way.
+const GOAWAY_LINGER: Duration = Duration::from_millis(500);
 
 type H3Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
 
@@ -137,10 +139,17 @@ async fn connection(
         cc,
         watch,
     });
+    // Requests of this connection, so that a shutdown closes it only once they are done.
+    let requests = tokio_util::task::TaskTracker::new();
     let mut closing = false;
     loop {
         let next = if closing {
-            h3conn.accept().await
+            // After GOAWAY only requests already on their way can arrive; a client that
+            // keeps the connection open idle must not hold the shutdown up.
+            match tokio::time::timeout(GOAWAY_LINGER, h3conn.accept()).await {
+                Ok(r) => r,
+                Err(_) => break,
+            }
         } else {
             tokio::select! {
                 _ = cancel.cancelled() => {
@@ -155,12 +164,12 @@ async fn connection(
         match next {
             Ok(Some(resolver)) => {
                 let conn = conn.clone();
-                shared.tracker.spawn(async move {
+                shared.tracker.spawn(requests.track_future(async move {
                     match resolver.resolve_request().await {
                         Ok((req, stream)) => request(conn, req, stream).await,
                         Err(e) => tracing::debug!(error = %e, "bad HTTP/3 request"),
                     }
-                });
+                }));
             }
             Ok(None) => break,
             Err(e) => {
@@ -168,6 +177,12 @@ async fn connection(
                 break;
             }
         }
+    }
+    if closing {
+        requests.close();
+        requests.wait().await;
+        // H3_NO_ERROR (RFC 9114 §8.1): an orderly close once every request is answered.
+        conn.quinn.close(quinn::VarInt::from_u32(0x100), b"edge shutting down");
     }
 }
 
@@ -220,7 +235,13 @@ async fn serve(
         }
     }
     let resp = respond(&conn.shared, parts, RequestBody::Buffered(body.freeze())).await;
-    let (head, mut payload) = resp.into_parts();
+    let (mut head, mut payload) = resp.into_parts();
+    // hyper sets Content-Length from an exact body size on HTTP/1.1 and HTTP/2; h3 leaves it to us.
+    if let Some(n) = http_body::Body::size_hint(&payload).exact() {
+        head.headers
+            .entry(http::header::CONTENT_LENGTH)
+            .or_insert_with(|| http::HeaderValue::from(n));
+    }
     let status = head.status.as_u16();
     stream.send_response(http::Response::from_parts(head, ())).await?;
     let first_byte = Instant::now();

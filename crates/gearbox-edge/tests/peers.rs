@@ -227,7 +227,9 @@ async fn metrics_count_requests_by_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_an_in_flight_transfer_finish_and_flushes_its_record() {
     let edge = start(|_| {}).await;
-    let out = edge.dir.path().join("body");
+    // Outside the edge's directory, which goes away when the edge is stopped.
+    let keep = tempfile::tempdir().unwrap();
+    let out = keep.path().join("body");
     let url = format!("https://localhost:{}/bytes/20000000", edge.tcp.port());
     // A slow reader: 20 MB at 20 MB/s takes about a second, so the shutdown lands mid-transfer.
     let child = Command::new(need("curl"))
@@ -350,4 +352,40 @@ async fn static_files_are_streamed_whole_and_everything_else_goes_to_the_upstrea
     assert_eq!(one(&records, "/big.bin")["bytes"], 3000000);
     assert_eq!(one(&records, "/from-origin.txt")["status"], 200);
     let _ = origin.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_an_idle_http3_client_to_time_out() {
+    let edge = start(|c| c.idle_timeout_ms = 60_000).await;
+    let dl = edge.dir.path().join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let url = format!("https://127.0.0.1:{}/bytes/1000", edge.quic.port());
+    // The client keeps its connection open, idle, for up to 60 s after the download.
+    let client = Command::new(need("gtlsclient"))
+        .args(["-q", "--timeout=60s"])
+        .arg(format!("--download={}", dl.display()))
+        .args(["127.0.0.1", &edge.quic.port().to_string(), &url])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let file = dl.join("1000");
+    let downloaded = async {
+        while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) < 1000 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PEER_BOUND, downloaded)
+        .await
+        .expect("download completes");
+    // Well under the 60 s idle timeout: the edge closes the idle connection itself.
+    let records = tokio::time::timeout(Duration::from_secs(15), edge.stop())
+        .await
+        .expect("edge stops before the idle timeout");
+    assert_eq!(one(&records, "/bytes/1000")["protocol"], "h3");
+    let out = tokio::time::timeout(PEER_BOUND, client.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "the client saw an orderly close");
 }
