@@ -11,10 +11,11 @@
 //! once more on a new connection; every other failure is returned. The workloads' POSTs
 //! are idempotent (`/bytes/{n}`), so the one retry is safe for them.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use gearbox_dataplane::telemetry::{unix_ms_now, ClientRecord, Protocol, Side, SCHEMA_VERSION};
@@ -25,11 +26,12 @@ use rustls::pki_types::ServerName;
 
 use crate::config::ClientConfig;
 use crate::conn::{
-    open_h3, open_tcp_tls, start_h1, start_h2, ConnInfo, Dial, H1Conn, H1Lease, HyperBody, Key, Pools, SnapshotSource,
-    Target,
+    open_h3, open_tcp_tls, start_h1, start_h2, ConnInfo, Dial, H1Conn, H1Lease, H3Conn, HyperBody, Key, Pools,
+    SnapshotSource, Target, TcpTls,
 };
 use crate::error::{from_quic, ClientError};
 use crate::gear::{StaticTransport, TransportGear, TransportPref};
+use crate::race::{local_address_fingerprint, RaceState};
 
 /// One HTTP request.
 #[derive(Debug, Clone)]
@@ -106,6 +108,8 @@ struct Progress {
     headers_at: Option<Instant>,
     first_byte_at: Option<Instant>,
     bytes: u64,
+    /// What a `Race` request did (appended to the decision as `;race=...`).
+    race: Option<&'static str>,
 }
 
 impl Progress {
@@ -120,6 +124,7 @@ impl Progress {
             headers_at: None,
             first_byte_at: None,
             bytes: 0,
+            race: None,
         }
     }
 
@@ -216,6 +221,15 @@ struct Inner {
     gear: Mutex<Box<dyn TransportGear>>,
     next_conn_id: AtomicU64,
     pools: Pools,
+    /// Chromium-style race memory: RTTs, choices and broken QUIC per origin.
+    race: Mutex<RaceState>,
+    /// Per origin and path: held while a race opens a connection, so concurrent
+    /// requests wait for that race instead of each racing.
+    race_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+fn lock_std<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The gearbox client. Cheap to clone: clones share pools, gear and telemetry.
@@ -261,6 +275,8 @@ impl Client {
                 gear: Mutex::new(gear),
                 next_conn_id: AtomicU64::new(1),
                 pools: Pools::default(),
+                race: Mutex::new(RaceState::new()),
+                race_locks: Mutex::new(HashMap::new()),
                 cfg: config,
             }),
         })
@@ -274,6 +290,12 @@ impl Client {
     /// The configuration the client was made with.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.cfg
+    }
+
+    /// How much longer `Race` requests skip QUIC for `origin` (`host:port`) because it
+    /// failed or lost a race (None: not broken).
+    pub fn quic_broken_for(&self, origin: &str) -> Option<Duration> {
+        lock_std(&self.inner.race).broken_for(origin, Instant::now())
     }
 
     /// Waits until every record written so far is in the telemetry file.
@@ -369,11 +391,19 @@ impl Client {
             new_connection: progress.new_connection,
             handshake_ms: conn.filter(|_| progress.new_connection).map(|c| c.handshake_ms),
             transport: progress.snapshot.as_ref().and_then(SnapshotSource::snapshot),
-            decision: Some(decision),
+            decision: Some(match progress.race {
+                Some(outcome) => format!("{decision};race={outcome}"),
+                None => decision,
+            }),
             click: req.click,
             error: result.as_ref().err().map(|e| e.kind().to_string()),
         };
         self.inner.cfg.telemetry.write(&record);
+        if pref == TransportPref::Race {
+            if let Some(t) = &record.transport {
+                lock_std(&self.inner.race).observe_rtt(&origin, t.rtt_ms);
+            }
+        }
         self.inner
             .gear
             .lock()
@@ -413,6 +443,7 @@ impl Client {
             let res = match pref {
                 TransportPref::H1 => self.via_h1(&key, &dial, url, req, None, p).await,
                 TransportPref::Quic => self.via_h3(&key, &dial, url, req, p).await,
+                TransportPref::Race => self.via_race(&key, &dial, url, req, p).await,
                 TransportPref::Tcp | TransportPref::Auto => self.via_tcp(&key, &dial, url, req, p).await,
             };
             match res {
@@ -573,6 +604,176 @@ impl Client {
         Ok(out)
     }
 
+    /// `Race`: follow the last race's choice while its connection lives; otherwise race
+    /// a new connection (QUIC first, TCP after the delay) unless QUIC is broken, in
+    /// which case TCP is used directly. Rules and reasons: `crate::race`.
+    async fn via_race(
+        &self,
+        key: &Key,
+        dial: &Dial<'_>,
+        url: &ParsedUrl,
+        req: &Request,
+        p: &mut Progress,
+    ) -> Result<(u16, HeaderMap, Bytes), Failure> {
+        let origin = key.0.as_str();
+        let race_lock = lock_std(&self.inner.race_locks).entry(key.clone()).or_default().clone();
+        let racing = race_lock.lock().await;
+        let (broken, choice, delay) = {
+            let mut race = lock_std(&self.inner.race);
+            race.network(local_address_fingerprint());
+            (
+                race.is_broken(origin, Instant::now()),
+                race.choice(origin),
+                race.tcp_delay(origin),
+            )
+        };
+        if broken {
+            drop(racing);
+            p.race = Some("tcp-broken");
+            lock_std(&self.inner.race).tcp_used(origin);
+            return self.via_tcp(key, dial, url, req, p).await;
+        }
+        if !req.force_new_connection {
+            let idle = self.inner.cfg.idle_timeout;
+            let now = Instant::now();
+            match choice {
+                Some(TransportPref::Quic) => {
+                    let live = self
+                        .inner
+                        .pools
+                        .h3_slot(key)
+                        .lock()
+                        .await
+                        .as_ref()
+                        .is_some_and(|c| c.reusable(idle, now));
+                    if live {
+                        drop(racing);
+                        p.race = Some("reuse-quic");
+                        return self.via_h3(key, dial, url, req, p).await;
+                    }
+                }
+                Some(TransportPref::Tcp) => {
+                    let live = {
+                        let slot = self.inner.pools.tcp_slot(key);
+                        let slot = slot.lock().await;
+                        slot.h1_only || slot.h2.as_ref().is_some_and(|c| c.reusable(idle, now))
+                    };
+                    if live {
+                        drop(racing);
+                        p.race = Some("reuse-tcp");
+                        return self.via_tcp(key, dial, url, req, p).await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The race's connection goes into the pool, and the request then takes it from
+        // there like any pooled request (so it must not ask for yet another one).
+        let pooled_req = Request {
+            force_new_connection: false,
+            ..req.clone()
+        };
+        match self.race_connect(dial, delay).await {
+            Err(e) => {
+                p.race = Some("failed");
+                p.protocol = Protocol::H2;
+                Err(Failure::from(e))
+            }
+            Ok(Raced::Quic(conn)) => {
+                lock_std(&self.inner.race).quic_won(origin);
+                *self.inner.pools.h3_slot(key).lock().await = Some(Arc::new(*conn));
+                drop(racing);
+                p.race = Some("quic");
+                let res = self.via_h3(key, dial, url, &pooled_req, p).await;
+                p.new_connection = true;
+                res
+            }
+            Ok(Raced::Tcp { io, quic_failed }) => {
+                let span = lock_std(&self.inner.race).quic_broken(origin, Instant::now());
+                tracing::debug!(
+                    origin,
+                    quic_failed,
+                    broken_s = span.as_secs(),
+                    "QUIC lost the race; marked broken"
+                );
+                p.race = Some(if quic_failed { "tcp-quic-failed" } else { "tcp-won" });
+                let id = self.next_id();
+                let slot = self.inner.pools.tcp_slot(key);
+                let mut tcp = slot.lock().await;
+                if io.is_h2() {
+                    tcp.h2 = Some(Arc::new(start_h2(*io, id, dial.target.addr).await?));
+                    drop(tcp);
+                    drop(racing);
+                    let res = self.via_tcp(key, dial, url, &pooled_req, p).await;
+                    p.new_connection = true;
+                    res
+                } else {
+                    tcp.h1_only = true;
+                    drop(tcp);
+                    let conn = start_h1(*io, id, dial.target.addr).await?;
+                    drop(racing);
+                    self.via_h1(key, dial, url, req, Some(conn), p).await
+                }
+            }
+        }
+    }
+
+    /// Opens one connection by racing: the QUIC handshake starts now, TCP+TLS after
+    /// `delay` (at once if QUIC fails first); the first to connect wins and the other
+    /// attempt is dropped. Fails only when both fail (with TCP's error).
+    async fn race_connect(&self, dial: &Dial<'_>, delay: Duration) -> Result<Raced, ClientError> {
+        let addr = dial.target.addr.to_string();
+        let quic = async {
+            let endpoint = self
+                .inner
+                .pools
+                .endpoint(dial.local, dial.target.addr.is_ipv6())
+                .map_err(|e| ClientError::Quic {
+                    addr: addr.clone(),
+                    reason: format!("cannot open a UDP socket: {e}"),
+                })?;
+            let cc = self.inner.cfg.quic_cc.name();
+            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id()).await
+        };
+        tokio::pin!(quic);
+        let head_start = tokio::time::sleep(delay);
+        tokio::pin!(head_start);
+        let quic_failed = tokio::select! {
+            r = &mut quic => match r {
+                Ok(conn) => return Ok(Raced::Quic(Box::new(conn))),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "QUIC failed before TCP started");
+                    true
+                }
+            },
+            () = &mut head_start => false,
+        };
+        let tcp = open_tcp_tls(dial, &self.inner.tls_tcp);
+        tokio::pin!(tcp);
+        if quic_failed {
+            return tcp.await.map(|io| Raced::Tcp {
+                io: Box::new(io),
+                quic_failed: true,
+            });
+        }
+        tokio::select! {
+            r = &mut quic => match r {
+                Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "QUIC failed while TCP was connecting");
+                    tcp.await.map(|io| Raced::Tcp { io: Box::new(io), quic_failed: true })
+                }
+            },
+            r = &mut tcp => match r {
+                Ok(io) => Ok(Raced::Tcp { io: Box::new(io), quic_failed: false }),
+                Err(tcp_err) => match quic.await {
+                    Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
+                    Err(_) => Err(tcp_err),
+                },
+            },
+        }
+    }
+
     /// HTTP/3 on the origin's one QUIC connection.
     async fn via_h3(
         &self,
@@ -668,11 +869,19 @@ impl Client {
     }
 }
 
+/// The connection a race produced.
+enum Raced {
+    /// QUIC connected first.
+    Quic(Box<H3Conn>),
+    /// TCP+TLS connected first (`quic_failed`: QUIC had failed, rather than being slower).
+    Tcp { io: Box<TcpTls>, quic_failed: bool },
+}
+
 /// Protocol written in a record before the connection tells which one it is.
 fn intended_protocol(pref: TransportPref) -> Protocol {
     match pref {
         TransportPref::H1 => Protocol::H1,
-        TransportPref::Quic => Protocol::H3,
+        TransportPref::Quic | TransportPref::Race => Protocol::H3,
         TransportPref::Tcp | TransportPref::Auto => Protocol::H2,
     }
 }

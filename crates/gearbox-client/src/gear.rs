@@ -27,6 +27,11 @@ pub enum TransportPref {
     H1,
     /// QUIC with ALPN `h3`: HTTP/3.
     Quic,
+    /// Race QUIC against TCP the way Chromium does (see `crate::race`): a new connection
+    /// starts with the QUIC handshake, TCP joins after a delay, the first to connect
+    /// carries the request; QUIC that fails or loses while TCP works is marked broken
+    /// for a while and skipped. Later requests reuse what the race chose.
+    Race,
     /// Ask the client's transport gear.
     #[default]
     Auto,
@@ -39,6 +44,7 @@ impl TransportPref {
             TransportPref::Tcp => "tcp",
             TransportPref::H1 => "h1",
             TransportPref::Quic => "quic",
+            TransportPref::Race => "race",
             TransportPref::Auto => "auto",
         }
     }
@@ -59,6 +65,18 @@ pub trait TransportGear: Send {
 
     /// A request finished (successfully or not); `record` is what was written to telemetry.
     fn observe(&mut self, record: &ClientRecord, now: Instant);
+}
+
+/// A boxed gear is a gear, so wrappers (such as the CLI's record collector) can hold
+/// either a concrete gear or one chosen at run time.
+impl<G: TransportGear + ?Sized> TransportGear for Box<G> {
+    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+        (**self).choose(origin, now)
+    }
+
+    fn observe(&mut self, record: &ClientRecord, now: Instant) {
+        (**self).observe(record, now)
+    }
 }
 
 /// The static baseline: always the same transport (WiseTrans §IV-A's "TCP-only" and

@@ -6,6 +6,8 @@
 //!   [`Client::load_page`] for a page's dependency graph over one connection.
 //! - [`TransportGear`]: the hook where WiseTrans (seed 000) chooses TCP or QUIC for each
 //!   `Auto` request; [`StaticTransport`] is the static baseline.
+//! - [`TransportPref::Race`]: Chromium-style QUIC/TCP racing with broken-QUIC marking
+//!   ([`race`]), the browser baseline of the transport gear.
 //! - [`BlockingClient`]: the same with its own runtime, for Python.
 //!
 //! Every failure is a typed [`ClientError`] and a record with `error` set; every wait is
@@ -18,6 +20,7 @@ mod conn;
 mod error;
 pub mod gear;
 mod page;
+pub mod race;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};
