@@ -171,7 +171,7 @@ impl Emulator {
         }
         netns::ip(&["-n", &netns.client, "-batch", "-"], Some(&client_batch))?;
         let epoch = sys::monotonic_now();
-        let relay = RelayHandle::spawn(core, client_tun, server_tun, epoch, config.relay.timer_slack_ns, events)
+        let relay = RelayHandle::spawn(core, client_tun, server_tun, epoch, config.relay.clone(), events)
             .map_err(EmuError::Relay)?;
         tracing::info!(name = %netns.name, server_ns = %netns.server, client_ns = %netns.client, "emulator up");
         Ok(Emulator {
@@ -243,6 +243,26 @@ impl Emulator {
         netns::in_netns(ns, f).map_err(|e| {
             EmuError::Setup(SetupError {
                 step: format!("enter namespace {ns}"),
+                detail: e.to_string(),
+            })
+        })
+    }
+
+    /// CPU time the relay thread has used so far (user + system; system time
+    /// includes the kernel's receive processing of the packets it writes).
+    pub fn relay_cpu_time(&self) -> Option<std::time::Duration> {
+        self.relay.as_ref().and_then(|r| r.cpu_time())
+    }
+
+    /// The TCP ports in LISTEN state and the bound UDP ports in the namespace of `side`.
+    pub fn bound_ports(&self, side: Side) -> Result<(Vec<u16>, Vec<u16>), EmuError> {
+        let ns = match side {
+            Side::Server => &self.netns.server,
+            Side::Client => &self.netns.client,
+        };
+        netns::bound_ports(ns).map_err(|e| {
+            EmuError::Setup(SetupError {
+                step: format!("read the sockets of namespace {ns}"),
                 detail: e.to_string(),
             })
         })

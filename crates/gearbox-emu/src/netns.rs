@@ -201,29 +201,33 @@ pub fn open_tun_in(ns: &str) -> Result<OwnedFd, SetupError> {
     .map_err(|e| setup_err(step, e))
 }
 
-/// The TCP ports in LISTEN state and the bound UDP ports in the network
-/// namespace of process `pid` (from `/proc/PID/net/*`, which shows that
-/// process's namespace).
-pub fn bound_ports(pid: u32) -> (Vec<u16>, Vec<u16>) {
-    let read = |file: &str, want_state: &str| -> Vec<u16> {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else {
-            return Vec::new();
+/// The TCP ports in LISTEN state and the bound UDP ports in namespace `ns`,
+/// read from `/proc/thread-self/net/*` by a thread inside it. (Reading
+/// `/proc/PID/net` of the server command instead races with its start: until
+/// `ip netns exec` has switched namespace, that shows the root namespace's
+/// sockets.)
+pub fn bound_ports(ns: &str) -> io::Result<(Vec<u16>, Vec<u16>)> {
+    in_netns(ns, || {
+        let read = |file: &str, want_state: &str| -> Vec<u16> {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")) else {
+                return Vec::new();
+            };
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let mut fields = line.split_whitespace();
+                    let local = fields.nth(1)?;
+                    let state = fields.nth(1)?;
+                    let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+                    (state == want_state && port != 0).then_some(port)
+                })
+                .collect()
         };
-        text.lines()
-            .skip(1)
-            .filter_map(|line| {
-                let mut fields = line.split_whitespace();
-                let local = fields.nth(1)?;
-                let state = fields.nth(1)?;
-                let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-                (state == want_state && port != 0).then_some(port)
-            })
-            .collect()
-    };
-    // 0A = TCP_LISTEN; 07 = TCP_CLOSE, what an unconnected bound UDP socket shows.
-    let mut tcp = read("tcp", "0A");
-    tcp.extend(read("tcp6", "0A"));
-    let mut udp = read("udp", "07");
-    udp.extend(read("udp6", "07"));
-    (tcp, udp)
+        // 0A = TCP_LISTEN; 07 = TCP_CLOSE, what an unconnected bound UDP socket shows.
+        let mut tcp = read("tcp", "0A");
+        tcp.extend(read("tcp6", "0A"));
+        let mut udp = read("udp", "07");
+        udp.extend(read("udp6", "07"));
+        (tcp, udp)
+    })
 }

@@ -1,5 +1,6 @@
-//! The relay thread: one thread, one epoll set over the two TUN descriptors, a
-//! timerfd armed at the links' next wake-up, and an eventfd to stop it.
+//! The relay thread: one thread, one epoll set over the two TUN descriptors and
+//! an eventfd to stop it, waited on with a timeout that ends at the links' next
+//! wake-up.
 //!
 //! One thread because the links are one ordered state machine per direction
 //! and the work per packet is small next to the two system calls it costs
@@ -9,8 +10,16 @@
 //! per ~700 packets and the buffer is reused once the packets in it are gone.
 //!
 //! Time: CLOCK_MONOTONIC minus the epoch taken when the relay starts, which is
-//! every link's time zero. The timer fires at an absolute monotonic time, late
-//! by at most the thread's timer slack (`relay.timer_slack_ns`).
+//! every link's time zero. The thread runs under SCHED_FIFO (`relay.realtime`,
+//! default on), so a busy machine does not delay its wake-ups and the kernel
+//! gives its waits no slack; without it a wait ends late by up to the thread's
+//! timer slack (`relay.timer_slack_ns`) or 0.1% of the wait, whichever is larger.
+//!
+//! The wake-up is the timeout of `epoll_pwait2` rather than a timerfd in the
+//! epoll set (the first design): at 50 Mbit/s a timerfd cost two extra system
+//! calls per wake-up (arm, then read it), about a tenth of the relay's CPU in
+//! `perf`, and a timerfd ignores the timer slack, so the slack could not be
+//! traded for fewer wake-ups. docs/emu.md has the figures of both.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -22,8 +31,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use gearbox_link::{DropReason, EventKind, PacketEvent};
 
+use crate::config::{RelayConfig, REALTIME_PRIORITY};
 use crate::core::{Core, LinkReport, Side};
-use crate::sys::{self, Epoll, Timer, Waker};
+use crate::sys::{self, Epoll, Waker};
 
 /// What the relay did, returned when it stops.
 #[derive(Debug, Clone)]
@@ -52,12 +62,13 @@ const READ_BATCH: usize = 64;
 
 const TOKEN_CLIENT: u64 = 0;
 const TOKEN_SERVER: u64 = 1;
-const TOKEN_TIMER: u64 = 2;
-const TOKEN_STOP: u64 = 3;
+const TOKEN_STOP: u64 = 2;
 
 /// A running relay thread.
 pub struct RelayHandle {
     waker: Arc<Waker>,
+    /// Kernel thread id of the relay (0 until it has started).
+    tid: Arc<std::sync::atomic::AtomicI32>,
     thread: Option<JoinHandle<io::Result<RelayReport>>>,
 }
 
@@ -68,14 +79,17 @@ impl RelayHandle {
         client_tun: OwnedFd,
         server_tun: OwnedFd,
         epoch: Duration,
-        timer_slack_ns: u64,
+        relay_config: RelayConfig,
         events: Option<File>,
     ) -> io::Result<Self> {
         let waker = Arc::new(Waker::new()?);
         let w = waker.clone();
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let t = tid.clone();
         let thread = std::thread::Builder::new()
             .name("gearbox-emu-relay".into())
             .spawn(move || {
+                t.store(sys::gettid(), std::sync::atomic::Ordering::SeqCst);
                 let mut relay = Relay {
                     core,
                     client_tun,
@@ -88,12 +102,22 @@ impl RelayHandle {
                     pending: Vec::new(),
                     tun_write_errors: 0,
                 };
-                relay.run(&w, timer_slack_ns)
+                relay.run(&w, &relay_config)
             })?;
         Ok(RelayHandle {
             waker,
+            tid,
             thread: Some(thread),
         })
+    }
+
+    /// CPU time the relay thread has used so far (from `/proc/self/task/TID/stat`),
+    /// for sampling it while it runs; `None` if it cannot be read.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        match self.tid.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            tid => sys::task_cpu_time(tid),
+        }
     }
 
     /// True once the thread has ended (by `stop` or by an error).
@@ -154,10 +178,15 @@ impl Relay {
         sys::monotonic_now().saturating_sub(self.epoch)
     }
 
-    fn run(&mut self, waker: &Waker, timer_slack_ns: u64) -> io::Result<RelayReport> {
+    fn run(&mut self, waker: &Waker, config: &RelayConfig) -> io::Result<RelayReport> {
         let cpu_start = sys::thread_cpu_time();
-        if let Err(e) = sys::set_timer_slack(timer_slack_ns) {
-            tracing::warn!("relay: cannot set timer slack to {timer_slack_ns} ns: {e}");
+        if let Err(e) = sys::set_timer_slack(config.timer_slack_ns) {
+            tracing::warn!("relay: cannot set timer slack to {} ns: {e}", config.timer_slack_ns);
+        }
+        if config.realtime {
+            if let Err(e) = sys::set_realtime(REALTIME_PRIORITY) {
+                tracing::warn!("relay: cannot run under SCHED_FIFO ({e}); delays will be less exact on a busy machine");
+            }
         }
         self.labels = self
             .core
@@ -167,32 +196,21 @@ impl Relay {
             .map(|l| serde_json::to_string(&l.label).unwrap_or_else(|_| "\"?\"".into()))
             .collect();
         let epoll = Epoll::new()?;
-        let timer = Timer::new()?;
         epoll.add(self.client_tun.as_raw_fd(), TOKEN_CLIENT)?;
         epoll.add(self.server_tun.as_raw_fd(), TOKEN_SERVER)?;
-        epoll.add(timer.fd(), TOKEN_TIMER)?;
         epoll.add(waker.fd(), TOKEN_STOP)?;
         let mut ready = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        let mut timer_at: Option<Duration> = None;
         'run: loop {
-            let n = epoll.wait(&mut ready)?;
+            let timeout = self.core.next_wakeup().map(|t| t.saturating_sub(self.now()));
+            let n = epoll.wait(&mut ready, timeout)?;
             for ev in &ready[..n] {
                 match ev.u64 {
                     TOKEN_CLIENT => self.read_all(Side::Client)?,
                     TOKEN_SERVER => self.read_all(Side::Server)?,
-                    TOKEN_TIMER => {
-                        timer.clear();
-                        timer_at = None;
-                    }
                     _ => break 'run,
                 }
             }
             self.service();
-            let next = self.core.next_wakeup();
-            if next != timer_at {
-                timer.set(next.map(|t| self.epoch + t))?;
-                timer_at = next;
-            }
             self.write_events();
         }
         self.service();

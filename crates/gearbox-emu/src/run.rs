@@ -162,14 +162,13 @@ fn stop_requested() -> Option<i32> {
 
 /// Waits until the server has bound what it should; errors if it exits,
 /// times out, or a stop signal arrives.
-fn wait_ready(server: &mut Proc, ports: &[ReadyPort], timeout: Duration) -> Result<(), EmuError> {
+fn wait_ready(emu: &Emulator, server: &mut Proc, ports: &[ReadyPort], timeout: Duration) -> Result<(), EmuError> {
     let deadline = Instant::now() + timeout;
-    let pid = server.child.id();
     loop {
         if let Ok(Some(s)) = server.child.try_wait() {
             return Err(EmuError::Server(format!("exited ({s}) before it was ready")));
         }
-        let (tcp, udp) = crate::netns::bound_ports(pid);
+        let (tcp, udp) = emu.bound_ports(Side::Server)?;
         let ready = if ports.is_empty() {
             !tcp.is_empty() || !udp.is_empty()
         } else {
@@ -219,7 +218,7 @@ pub fn run(config: &EmuConfig, options: &RunOptions) -> Result<RunOutcome, EmuEr
     };
     let result = (|| -> Result<(i32, Option<i32>), EmuError> {
         if let Some(s) = &mut server {
-            wait_ready(s, &options.ready_ports, options.ready_timeout)?;
+            wait_ready(&emu, s, &options.ready_ports, options.ready_timeout)?;
         }
         let mut client = match &options.client {
             Some(cmd) => Some(Proc::spawn(&emu, Side::Client, cmd)?),

@@ -104,11 +104,23 @@ impl Epoll {
         check(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
     }
 
-    /// Waits for readiness; returns how many entries of `events` were filled.
-    pub fn wait(&self, events: &mut [libc::epoll_event]) -> io::Result<usize> {
+    /// Waits for readiness, at most `timeout` (`None`: no limit); returns how
+    /// many entries of `events` were filled (0 on timeout or a signal).
+    ///
+    /// `epoll_pwait2` (Linux 5.11) takes a nanosecond timeout, so the relay
+    /// needs no timerfd: one system call per wake-up instead of three
+    /// (settime, wait, read). The kernel may end the wait late by the
+    /// thread's timer slack or 0.1% of the timeout, whichever is larger.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> io::Result<usize> {
         let max = events.len().min(i32::MAX as usize) as libc::c_int;
-        // SAFETY: the kernel fills at most `max` entries of `events`.
-        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, -1) };
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: the kernel fills at most `max` entries of `events`; `ts_ptr`
+        // is null or points at `ts`, which outlives the call; no signal mask.
+        let n = unsafe { libc::epoll_pwait2(self.0.as_raw_fd(), events.as_mut_ptr(), max, ts_ptr, std::ptr::null()) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -126,51 +138,6 @@ pub fn monotonic_now() -> Duration {
     // SAFETY: `ts` is a valid out-parameter; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
-}
-
-/// A CLOCK_MONOTONIC timerfd armed at absolute times.
-pub struct Timer(OwnedFd);
-
-impl Timer {
-    pub fn new() -> io::Result<Self> {
-        // SAFETY: no pointers; the result is checked and then owned.
-        let fd = check(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
-        // SAFETY: fresh descriptor, owned by nobody else.
-        Ok(Timer(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-
-    /// Fires once at monotonic time `at` (immediately if it has passed);
-    /// `None` disarms.
-    pub fn set(&self, at: Option<Duration>) -> io::Result<()> {
-        let value = match at {
-            // An all-zero it_value disarms, so a deadline of exactly 0 becomes 1 ns.
-            Some(t) => libc::timespec {
-                tv_sec: t.as_secs() as libc::time_t,
-                tv_nsec: t.subsec_nanos().max(u32::from(t.as_secs() == 0)) as libc::c_long,
-            },
-            None => libc::timespec { tv_sec: 0, tv_nsec: 0 },
-        };
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: value,
-        };
-        // SAFETY: `spec` lives for the call; the old value is not requested.
-        check(unsafe {
-            libc::timerfd_settime(self.0.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
-        })
-        .map(|_| ())
-    }
-
-    /// Clears a pending expiry (so level-triggered epoll stops reporting it).
-    pub fn clear(&self) {
-        let mut count = [std::mem::MaybeUninit::<u8>::uninit(); 8];
-        // Nothing to do on error: EAGAIN means it was already clear.
-        let _ = read_nonblocking(self.0.as_raw_fd(), &mut count);
-    }
 }
 
 /// An eventfd used to wake the relay from another thread.
@@ -202,6 +169,15 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) }).map(|_| ())
 }
 
+/// Puts the calling thread under SCHED_FIFO at `priority`.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 = the calling thread; `param` lives for the call.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(|_| ())
+}
+
 /// CPU time (user + system) the calling thread has used.
 pub fn thread_cpu_time() -> Duration {
     // SAFETY: rusage is plain data; getrusage fills it.
@@ -212,6 +188,27 @@ pub fn thread_cpu_time() -> Duration {
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) * 1000) as u32);
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// CPU time (user + system) of thread `tid` of this process, from
+/// `/proc/self/task/TID/stat` (fields 14 and 15, in clock ticks).
+pub fn task_cpu_time(tid: i32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it start past the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0)?;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / ticks as f64))
 }
 
 /// The effective user id (0 = root).

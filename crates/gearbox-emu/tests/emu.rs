@@ -119,6 +119,17 @@ fn tcp_goodput_is_the_link_rate_less_headers_at_10_and_50_mbit() {
     }
 }
 
+/// Puts the calling thread under SCHED_FIFO, like the relay. The probe and
+/// echo threads stand in for ping, whose echo is answered by the kernel in
+/// softirq: on a busy 2-core machine an ordinary thread can wake milliseconds
+/// late, which would measure the scheduler instead of the emulated path.
+fn realtime_thread() {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: pid 0 = the calling thread; `param` lives for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+}
+
 /// A UDP echo server in the server namespace and a probe socket per client
 /// address; returns the RTTs (ms) of `count` probes from each address.
 fn udp_rtts(emu: &Emulator, count: usize, gap: Duration) -> Vec<Vec<f64>> {
@@ -131,6 +142,7 @@ fn udp_rtts(emu: &Emulator, count: usize, gap: Duration) -> Vec<Vec<f64>> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop2 = stop.clone();
     let echo_thread = std::thread::spawn(move || {
+        realtime_thread();
         let mut buf = [0u8; 2048];
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
             if let Ok((n, from)) = echo.recv_from(&mut buf) {
@@ -138,29 +150,40 @@ fn udp_rtts(emu: &Emulator, count: usize, gap: Duration) -> Vec<Vec<f64>> {
             }
         }
     });
-    let mut all = Vec::new();
-    for &addr in emu.client_addrs() {
-        let sock = emu
-            .in_namespace(Side::Client, || UdpSocket::bind((addr, 0)))
-            .unwrap()
-            .unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut rtts = Vec::new();
-        for i in 0..count as u32 {
-            let t0 = Instant::now();
-            sock.send_to(&i.to_be_bytes(), server_addr).unwrap();
-            let mut buf = [0u8; 64];
-            loop {
-                let (n, _) = sock.recv_from(&mut buf).expect("probe reply within 2 s");
-                if n == 4 && buf[..4] == i.to_be_bytes() {
-                    break;
+    let socks: Vec<UdpSocket> = emu
+        .client_addrs()
+        .iter()
+        .map(|&addr| {
+            emu.in_namespace(Side::Client, || UdpSocket::bind((addr, 0)))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let all = std::thread::spawn(move || {
+        realtime_thread();
+        let mut all = Vec::new();
+        for sock in socks {
+            sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut rtts = Vec::new();
+            for i in 0..count as u32 {
+                let t0 = Instant::now();
+                sock.send_to(&i.to_be_bytes(), server_addr).unwrap();
+                let mut buf = [0u8; 64];
+                loop {
+                    let (n, _) = sock.recv_from(&mut buf).expect("probe reply within 2 s");
+                    if n == 4 && buf[..4] == i.to_be_bytes() {
+                        break;
+                    }
                 }
+                rtts.push(t0.elapsed().as_secs_f64() * 1e3);
+                std::thread::sleep(gap);
             }
-            rtts.push(t0.elapsed().as_secs_f64() * 1e3);
-            std::thread::sleep(gap);
+            all.push(rtts);
         }
-        all.push(rtts);
-    }
+        all
+    })
+    .join()
+    .unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     echo_thread.join().unwrap();
     all
@@ -283,17 +306,21 @@ fn a_step_trace_changes_throughput_when_it_steps() {
     eprintln!("per-second Mbit/s across the 50 -> 10 step at t = 4 s: {mbps:.1?}");
     assert!(mbps.len() >= 8, "{mbps:?}");
     let (before, after) = (50.0 * TCP_GOODPUT_FRACTION, 10.0 * TCP_GOODPUT_FRACTION);
-    for &m in &mbps[1..3] {
-        assert!(
-            (m - before).abs() <= 0.1 * before,
-            "before the step: {m} Mbit/s in {mbps:?}"
-        );
-    }
+    // Means over whole seconds clear of the step (iperf3 starts a few hundred ms
+    // after the links' time zero): a receiver's 1-s intervals jitter by a few
+    // percent when its wake-ups slip across a boundary.
+    let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+    let (m_before, m_after) = (mean(&mbps[1..3]), mean(&mbps[5..8]));
+    assert!(
+        (m_before - before).abs() <= 0.1 * before,
+        "before the step: {m_before} Mbit/s in {mbps:?}"
+    );
+    assert!(
+        (m_after - after).abs() <= 0.1 * after,
+        "after the step: {m_after} Mbit/s in {mbps:?}"
+    );
     for &m in &mbps[5..8] {
-        assert!(
-            (m - after).abs() <= 0.1 * after,
-            "after the step: {m} Mbit/s in {mbps:?}"
-        );
+        assert!(m < 0.5 * before, "still fast after the step: {mbps:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -308,7 +335,7 @@ fn a_udp_policer_throttles_udp_but_not_tcp() {
     let emu = Emulator::start(&cfg, &EmulatorOptions::default()).unwrap();
     let mut server = emu.command(Side::Server, "exec iperf3 -s >/dev/null").spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !gearbox_emu::netns::bound_ports(server.id()).0.contains(&5201) {
+    while !emu.bound_ports(Side::Server).unwrap().0.contains(&5201) {
         assert!(Instant::now() < deadline, "iperf3 -s did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -391,6 +418,37 @@ delay_ms = 1.0
             meds[host]
         );
     }
+}
+
+#[test]
+fn a_server_that_exits_or_never_listens_stops_the_run_with_an_error() {
+    let _g = setup();
+    let cfg = single("rate_bps = 10_000_000");
+    let options = RunOptions {
+        server: Some("exit 2".into()),
+        client: Some("exit 0".into()),
+        ..RunOptions::default()
+    };
+    let e = gearbox_emu::run(&cfg, &options).unwrap_err().to_string();
+    assert!(e.contains("exited") && e.contains("before it was ready"), "{e}");
+    let options = RunOptions {
+        server: Some("exec sleep 30".into()),
+        client: Some("exit 0".into()),
+        ready_timeout: Duration::from_millis(300),
+        ..RunOptions::default()
+    };
+    let e = gearbox_emu::run(&cfg, &options).unwrap_err().to_string();
+    assert!(e.contains("not ready after 0.3 s"), "{e}");
+    // A UDP server counts as ready once it has bound its port.
+    let options = RunOptions {
+        server: Some("exec python3 -c 'import socket,time; time.sleep(0.3); s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 4433)); time.sleep(30)'".into()),
+        client: Some("exit 5".into()),
+        ready_ports: vec!["4433/udp".parse().unwrap()],
+        ..RunOptions::default()
+    };
+    let outcome = gearbox_emu::run(&cfg, &options).unwrap();
+    assert_eq!(outcome.exit_code, 5, "the client's exit code is the run's");
+    assert!(!netns_list().contains(&outcome.name));
 }
 
 /// Not a test on its own: the child of `a_killed_run_leaves_no_namespace_behind`.
