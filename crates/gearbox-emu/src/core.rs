@@ -300,7 +300,9 @@ impl Core {
             }
             self.slots[k].armed = None;
             let dest = self.slots[k].dest;
+            let mut moved = false;
             while let Some(p) = self.slots[k].link.poll_transmit(now) {
+                moved = true;
                 match dest {
                     Dest::Out(side) => out(side, p),
                     Dest::Link(j) => self.enqueue(j, now, p),
@@ -311,6 +313,14 @@ impl Core {
                 }
             }
             self.touched(k);
+            // A link that asks for `now` again without having delivered anything
+            // would spin this loop forever; give it the next microsecond instead.
+            let slot = &mut self.slots[k];
+            if !moved && slot.armed.is_some_and(|t| t <= now) {
+                let later = now + Duration::from_micros(1);
+                slot.armed = Some(later);
+                self.heap.push(Reverse((later, k)));
+            }
         }
     }
 

@@ -150,6 +150,7 @@ impl Emulator {
             })?),
             None => None,
         };
+        netns::sweep_stale();
         let name = options.name.clone().unwrap_or_else(netns::unique_name);
         let netns = Namespaces::create(&name)?;
         let server_tun = netns::open_tun_in(&netns.server)?;

@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -69,6 +70,42 @@ pub fn unique_name() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Instant::now().elapsed().as_nanos());
     format!("gbx{}x{:04x}", std::process::id(), h.finish() & 0xffff)
+}
+
+/// Deletes namespaces left by runs whose process is gone and whose watchdog
+/// could not clean up either (both killed at once, e.g. by a container stop):
+/// names `gbx<pid>x<4 hex>s|c` whose `<pid>` no longer exists. A name whose pid
+/// is alive is left alone, even if the pid was reused. Best effort.
+pub fn sweep_stale() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = stale_owner(&name) else { continue };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        tracing::info!("gearbox-emu: removing namespace {name} left by dead run {pid}");
+        if let Ok(out) = ip(&["netns", "pids", &name], None) {
+            for p in out.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                sys::kill_pid(p, libc::SIGKILL);
+            }
+        }
+        let _ = ip(&["netns", "del", &name], None);
+    }
+}
+
+/// The pid in a run's namespace name, `None` if the name is not one of ours.
+fn stale_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("gbx")?;
+    let rest = rest.strip_suffix('s').or_else(|| rest.strip_suffix('c'))?;
+    let (pid, tag) = rest.split_once('x')?;
+    let ours = !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && tag.len() == 4
+        && tag.bytes().all(|b| b.is_ascii_hexdigit());
+    ours.then(|| pid.parse().ok()).flatten()
 }
 
 /// The script of the watchdog: `$@` are the namespaces to remove when its
@@ -230,4 +267,22 @@ pub fn bound_ports(ns: &str) -> io::Result<(Vec<u16>, Vec<u16>)> {
         udp.extend(read("udp6", "07"));
         (tcp, udp)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_of_the_run_scheme_have_an_owner() {
+        assert_eq!(stale_owner("gbx123x0a9fs"), Some(123));
+        assert_eq!(stale_owner("gbx123x0a9fc"), Some(123));
+        assert_eq!(stale_owner("gbx123x0a9f"), None);
+        assert_eq!(stale_owner("gbx123x0a9gs"), None);
+        assert_eq!(stale_owner("gbxx0a9fs"), None);
+        assert_eq!(stale_owner("lab-ns"), None);
+        let n = unique_name();
+        assert!(n.len() <= 15, "{n}");
+        assert_eq!(stale_owner(&format!("{n}s")), Some(std::process::id()));
+    }
 }

@@ -198,11 +198,13 @@ fn median(v: &[f64]) -> f64 {
 #[test]
 fn round_trip_time_is_twice_the_one_way_delay() {
     let _g = setup();
-    let emu = Emulator::start(
-        &single("rate_bps = 100_000_000\ndelay_ms = 20.0"),
-        &EmulatorOptions::default(),
-    )
-    .unwrap();
+    let dir = scratch("rtt");
+    let events = dir.join("events.jsonl");
+    let options = EmulatorOptions {
+        events: Some(events.clone()),
+        ..Default::default()
+    };
+    let emu = Emulator::start(&single("rate_bps = 100_000_000\ndelay_ms = 20.0"), &options).unwrap();
     let rtts = udp_rtts(&emu, 40, Duration::from_millis(20)).remove(0);
     let (min, med) = (rtts.iter().copied().fold(f64::INFINITY, f64::min), median(&rtts));
     eprintln!("configured RTT 40 ms: min {min:.3} ms, median {med:.3} ms");
@@ -211,7 +213,31 @@ fn round_trip_time_is_twice_the_one_way_delay() {
     let name = emu.name().to_string();
     let report = emu.stop().unwrap();
     assert_eq!(report.links[0].stats.delivered_packets, 40);
+    assert!(report.events_error.is_none());
     assert!(!netns_list().contains(&name), "namespaces left after stop");
+
+    // The event log: one JSON object per line; every probe enqueued and
+    // delivered once per direction, 20 ms after it left the bottleneck.
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for (dir, event) in [
+        ("up", "enqueue"),
+        ("up", "deliver"),
+        ("down", "enqueue"),
+        ("down", "deliver"),
+    ] {
+        let n = lines
+            .iter()
+            .filter(|e| e["dir"] == dir && e["event"] == event && e["link"] == "path0")
+            .count();
+        assert_eq!(n, 40, "{dir} {event} events");
+    }
+    for e in lines.iter().filter(|e| e["event"] == "deliver") {
+        let held = e["t_us"].as_u64().unwrap() - e["departed_us"].as_u64().unwrap();
+        assert_eq!(held, 20_000, "{e}");
+        assert_eq!(e["len"], 32, "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -449,6 +475,48 @@ fn a_server_that_exits_or_never_listens_stops_the_run_with_an_error() {
     let outcome = gearbox_emu::run(&cfg, &options).unwrap();
     assert_eq!(outcome.exit_code, 5, "the client's exit code is the run's");
     assert!(!netns_list().contains(&outcome.name));
+}
+
+#[test]
+fn multipath_client_addresses_take_their_own_paths() {
+    let _g = setup();
+    let path = |name: &str, ms: f64| {
+        format!(
+            "[[path]]\nname = \"{name}\"\n[path.uplink]\nrate_bps = 30_000_000\ndelay_ms = {ms}\n\
+             [path.downlink]\nrate_bps = 30_000_000\ndelay_ms = {ms}\n"
+        )
+    };
+    let cfg = config(&format!(
+        "topology = \"multipath\"\n{}{}",
+        path("wifi", 5.0),
+        path("lte", 30.0)
+    ));
+    let emu = Emulator::start(&cfg, &EmulatorOptions::default()).unwrap();
+    assert_eq!(
+        emu.client_addrs(),
+        [
+            "100.64.0.1".parse::<std::net::Ipv4Addr>().unwrap(),
+            "100.64.1.1".parse().unwrap()
+        ]
+    );
+    let meds: Vec<f64> = udp_rtts(&emu, 10, Duration::from_millis(5))
+        .iter()
+        .map(|r| median(r))
+        .collect();
+    eprintln!("multipath median RTTs (ms): {meds:.2?}");
+    assert!((meds[0] - 10.0).abs() <= 0.5, "wifi: {} ms", meds[0]);
+    assert!((meds[1] - 60.0).abs() <= 0.5, "lte: {} ms", meds[1]);
+    let report = emu.stop().unwrap();
+    let labels: Vec<_> = report
+        .links
+        .iter()
+        .map(|l| (l.label.as_str(), l.dir.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [("wifi", "up"), ("wifi", "down"), ("lte", "up"), ("lte", "down")]
+    );
+    assert!(report.links.iter().all(|l| l.stats.delivered_packets == 10));
 }
 
 /// Not a test on its own: the child of `a_killed_run_leaves_no_namespace_behind`.
