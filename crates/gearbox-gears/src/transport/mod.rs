@@ -1,0 +1,489 @@
+//! The transport gear: TCP or QUIC for each request, decided on the client.
+//!
+//! WiseTrans (seed 000, §III) is four parts, each its own file here and each a sans-IO
+//! object that takes `now`:
+//!
+//! - [`features`]: the Feature Extractor (§III-B, Table I), per protocol over a sliding
+//!   time window of the client's own finished requests.
+//! - [`monitor`]: the Network Monitor (§III-C), two XGBoost models chosen by the current
+//!   protocol, each giving the probability that the *other* protocol would be faster.
+//! - [`probe`]: the Probe Agent (§III-D), live experiments with the application's real
+//!   requests, three per protocol, alternating.
+//! - [`rollback`]: the Rollback Checker (§III-E), which undoes a switch that made things
+//!   clearly worse.
+//!
+//! [`wisetrans::WiseTrans`] puts them together as WiseTrans-v1 (the monitor's output
+//! decides directly, §IV-A1) or WiseTrans-v2 (the monitor's score change triggers live
+//! experiments, §IV-A2). Baselines sit beside it (DESIGN.md principle 3): [`Static`]
+//! (TCP-only, QUIC-only), [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
+//! bandwidth and loss) and [`race::Race`] (what Chromium does: race QUIC against TCP).
+//! [`transport_gear`] builds any of them from a [`Mode`] name.
+//!
+//! Every choice comes with a reason that the client writes into the record's
+//! `decision` field, in one machine-readable format ([`Reason`]):
+//!
+//! ```text
+//! <mode>;phase=<phase>;score=<score|->;choice=<tcp|quic|race>;why=<why>[;<key>=<value>]*
+//! ```
+//!
+//! e.g. `wisetrans-v2;phase=probe;score=0.730;choice=quic;why=probe-4of6;ex=2;trigger=score-jump`.
+//! docs/wisetrans.md lists every phase, why and key.
+//!
+//! Design choice: the gear keeps its state per origin (`host:port`), since a different
+//! server is a different path with its own UDP treatment (§II-B "spatial heterogeneity");
+//! the rejected alternative, one state for the whole client, would let one origin's
+//! blocked UDP steer requests to another.
+
+pub mod features;
+pub mod monitor;
+pub mod probe;
+pub mod race;
+pub mod rollback;
+pub mod strawman;
+pub mod wisetrans;
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use gearbox_client::{ClientRecord, Protocol, StaticTransport, TransportGear, TransportPref};
+use serde::{Deserialize, Serialize};
+
+pub use features::{FeatureExtractor, Features, FEATURE_NAMES, QUIC_FEATURES, TCP_FEATURES};
+pub use monitor::NetworkMonitor;
+pub use probe::{two_most_similar_mean, ProbeAgent};
+pub use race::Race;
+pub use rollback::{RollbackChecker, Verdict};
+pub use strawman::{Strawman, StrawmanCoefficients};
+pub use wisetrans::{Version, WiseTrans};
+
+/// The two transports WiseTrans chooses between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// TLS over kernel TCP (HTTP/2, or HTTP/1.1 where the server only speaks that).
+    Tcp,
+    /// QUIC (HTTP/3).
+    Quic,
+}
+
+impl Transport {
+    /// The other one.
+    pub fn other(self) -> Self {
+        match self {
+            Transport::Tcp => Transport::Quic,
+            Transport::Quic => Transport::Tcp,
+        }
+    }
+
+    /// What the client is asked for.
+    pub fn pref(self) -> TransportPref {
+        match self {
+            Transport::Tcp => TransportPref::Tcp,
+            Transport::Quic => TransportPref::Quic,
+        }
+    }
+
+    /// `tcp` or `quic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Quic => "quic",
+        }
+    }
+
+    /// The transport a record's protocol travelled on.
+    pub fn of(protocol: Protocol) -> Self {
+        match protocol {
+            Protocol::H1 | Protocol::H2 => Transport::Tcp,
+            Protocol::H3 => Transport::Quic,
+        }
+    }
+}
+
+/// Which transport gear, by its name on the command line and in decision strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    /// Always TCP (static baseline).
+    #[serde(rename = "tcp")]
+    Tcp,
+    /// Always QUIC (static baseline).
+    #[serde(rename = "quic")]
+    Quic,
+    /// WiseTrans-v1: the Network Monitor decides directly.
+    #[serde(rename = "wisetrans-v1")]
+    WiseTransV1,
+    /// WiseTrans-v2: the monitor's score change triggers live experiments.
+    #[serde(rename = "wisetrans-v2")]
+    WiseTransV2,
+    /// The §IV-E1 strawman: a linear boundary over RTT, bandwidth and loss.
+    #[serde(rename = "strawman")]
+    Strawman,
+    /// Chromium-style racing (the client's `TransportPref::Race`).
+    #[serde(rename = "race")]
+    Race,
+}
+
+impl Mode {
+    /// Every mode, in the order the CLI lists them.
+    pub const ALL: [Mode; 6] = [
+        Mode::Tcp,
+        Mode::Quic,
+        Mode::WiseTransV1,
+        Mode::WiseTransV2,
+        Mode::Strawman,
+        Mode::Race,
+    ];
+
+    /// The mode's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Tcp => "tcp",
+            Mode::Quic => "quic",
+            Mode::WiseTransV1 => "wisetrans-v1",
+            Mode::WiseTransV2 => "wisetrans-v2",
+            Mode::Strawman => "strawman",
+            Mode::Race => "race",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not a [`Mode`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport gear {name:?}; valid: tcp, quic, wisetrans-v1, wisetrans-v2, strawman, race")]
+pub struct UnknownMode {
+    /// The name given.
+    pub name: String,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownMode { name: s.to_string() })
+    }
+}
+
+/// Settings of the transport gears. Every duration is in milliseconds (the unit is in
+/// the name); defaults are the seed's values where it gives one, and otherwise the
+/// choice documented on the field. Loads from TOML or JSON with unknown fields refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportConfig {
+    /// Sliding window of the Feature Extractor, ms. The seed gives no number for
+    /// Table I's "time window"; 10 s is the seed's one stated time scale over which
+    /// request performance is compared (the Rollback Checker's interval, §IV-E4), and
+    /// covers several click bursts (13.5 requests in about 1.5 s, §III-D).
+    pub window_ms: u64,
+    /// At most this many requests per protocol in the window (the oldest leave first),
+    /// so a bulk workload cannot make the window unbounded.
+    pub window_max_requests: usize,
+    /// WiseTrans-v1 switches when the monitor's probability that the other protocol is
+    /// faster exceeds this (0.5: the classifier's own decision, §IV-A1).
+    pub v1_switch_threshold: f64,
+    /// The monitor's score is used only when the current protocol has at least this
+    /// many completed requests in the window, so one request cannot flip a decision.
+    pub min_window_requests: usize,
+    /// After a switch, WiseTrans-v1 keeps the new protocol at least this long, ms: one
+    /// click burst (about 1.5 s, §III-D) of its own requests must be seen before it is
+    /// judged; while a rollback check runs the switch is held for the whole check.
+    pub min_dwell_ms: u64,
+    /// WiseTrans-v2 explores when |score - score after the last exploration| exceeds
+    /// this (§III-D "exceeds a threshold we set"; the seed gives no value). 0.3 on a
+    /// probability: a change that moves a confident 0.2 past the 0.5 boundary.
+    pub explore_score_delta: f64,
+    /// Score-triggered explorations are at least this far apart, ms (bounded
+    /// exploration, DESIGN.md principle 6). New-origin and path-change explorations are
+    /// not held back.
+    pub min_explore_interval_ms: u64,
+    /// An exploration whose six probe requests have not all finished after this long is
+    /// abandoned (the last selected protocol stays), ms.
+    pub explore_timeout_ms: u64,
+    /// Response-size normalisation of a request's cost: `rct_ms / (1 + bytes / this)`.
+    /// 14 600 bytes is ten 1460-byte segments, the initial window: responses up to about
+    /// that size take about one round trip whatever their size, larger ones grow linearly.
+    pub size_norm_bytes: f64,
+    /// A failed request counts as this normalised cost, ms (a failure is worse than any
+    /// slow success; the order of a client timeout).
+    pub failed_request_cost_ms: f64,
+    /// Rollback Checker on (§III-E: "an optional module").
+    pub rollback: bool,
+    /// Interval compared before and after a switch, ms (§IV-E4: 10 s).
+    pub rollback_interval_ms: u64,
+    /// Roll back when the mean normalised cost after the switch exceeds the mean before
+    /// by more than this fraction. 0.2: §IV-E3 finds 75% of switches change completion
+    /// time by less than 20%, so smaller changes are within what switches normally do.
+    pub rollback_deterioration: f64,
+    /// Requests needed on each side of the switch before the checker judges.
+    pub rollback_min_requests: usize,
+    /// After a rollback, WiseTrans-v1 does not switch again for this long, ms (its model
+    /// just proved wrong for this path; six intervals).
+    pub rollback_hold_ms: u64,
+    /// Most origins kept (least recently used leave first).
+    pub max_origins: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            window_ms: 10_000,
+            window_max_requests: 256,
+            v1_switch_threshold: 0.5,
+            min_window_requests: 3,
+            min_dwell_ms: 2_000,
+            explore_score_delta: 0.3,
+            min_explore_interval_ms: 10_000,
+            explore_timeout_ms: 30_000,
+            size_norm_bytes: 14_600.0,
+            failed_request_cost_ms: 10_000.0,
+            rollback: true,
+            rollback_interval_ms: 10_000,
+            rollback_deterioration: 0.2,
+            rollback_min_requests: 3,
+            rollback_hold_ms: 60_000,
+            max_origins: 256,
+        }
+    }
+}
+
+/// A request's cost as the Probe Agent and Rollback Checker compare it: completion
+/// time normalised for response size, `rct_ms / (1 + bytes / size_norm_bytes)`; a
+/// failed request (error, or no completion time) costs `failed_request_cost_ms`.
+pub fn request_cost(record: &ClientRecord, cfg: &TransportConfig) -> f64 {
+    match (record.error.as_ref(), record.rct_ms) {
+        (None, Some(rct)) if rct.is_finite() && rct >= 0.0 => {
+            let norm = if cfg.size_norm_bytes > 0.0 {
+                1.0 + record.bytes as f64 / cfg.size_norm_bytes
+            } else {
+                1.0
+            };
+            rct / norm
+        }
+        _ => cfg.failed_request_cost_ms,
+    }
+}
+
+/// The origin (`host:port`, port 443 by default) of an `https://` URL, as the client
+/// names it when it asks the gear.
+pub fn origin_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// Whether `origin` (as [`origin_of`] returns it) carries an explicit port.
+fn has_port(origin: &str) -> bool {
+    match origin.rfind(':') {
+        Some(i) => !origin[i..].contains(']'),
+        None => false,
+    }
+}
+
+/// The key a record's origin is kept under: `host:port` as the client gives it to
+/// `choose` (the default port 443 made explicit).
+pub(crate) fn origin_key(url: &str) -> String {
+    let o = origin_of(url);
+    if has_port(o) {
+        o.to_string()
+    } else {
+        format!("{o}:443")
+    }
+}
+
+/// The reason of one decision, written as
+/// `<mode>;phase=<phase>;score=<score|->;choice=<choice>;why=<why>[;<key>=<value>]*`.
+///
+/// Values never contain `;` or `=` (extras are sanitised), so the string splits on
+/// `;` and then on the first `=`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reason<'a> {
+    /// The gear's [`Mode`] name.
+    pub mode: &'static str,
+    /// Where the gear is: `static`, `fallback`, `warmup`, `exploit`, `probe`, `check`
+    /// (exploiting while a rollback check runs), `race`.
+    pub phase: &'static str,
+    /// The score the decision saw (WiseTrans: P(the other protocol is faster);
+    /// strawman: P(QUIC is better)), or none.
+    pub score: Option<f64>,
+    /// What was chosen.
+    pub choice: TransportPref,
+    /// Why, in a word or two (`stay`, `switch`, `probe-3of6`, ...).
+    pub why: &'a str,
+    /// Further `key=value` pairs.
+    pub extra: &'a [(&'static str, &'a str)],
+}
+
+impl Reason<'_> {
+    /// The decision string.
+    pub fn render(&self) -> String {
+        let mut s = String::with_capacity(96);
+        let _ = write!(s, "{};phase={};score=", self.mode, self.phase);
+        match self.score {
+            Some(v) if v.is_finite() => {
+                let _ = write!(s, "{v:.3}");
+            }
+            _ => s.push('-'),
+        }
+        let _ = write!(s, ";choice={};why={}", self.choice.name(), self.why);
+        for (k, v) in self.extra {
+            s.push(';');
+            s.push_str(k);
+            s.push('=');
+            s.extend(v.chars().map(|c| match c {
+                ';' | '=' => '_',
+                c if c.is_control() => ' ',
+                c => c,
+            }));
+        }
+        s
+    }
+}
+
+/// One `key=value` of a decision string (the first field, the mode, has key `mode`).
+pub fn decision_field<'a>(decision: &'a str, key: &str) -> Option<&'a str> {
+    let mut parts = decision.split(';');
+    let mode = parts.next()?;
+    if key == "mode" {
+        return Some(mode);
+    }
+    parts.find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+}
+
+/// The static baselines (TCP-only, QUIC-only), reusing the client's
+/// [`StaticTransport`], with reasons in the gear's decision format.
+#[derive(Debug, Clone)]
+pub struct Static {
+    inner: StaticTransport,
+    mode: Mode,
+}
+
+impl Static {
+    /// Always `transport`.
+    pub fn new(transport: Transport) -> Self {
+        let mode = match transport {
+            Transport::Tcp => Mode::Tcp,
+            Transport::Quic => Mode::Quic,
+        };
+        Static {
+            inner: StaticTransport::new(transport.pref()),
+            mode,
+        }
+    }
+}
+
+impl TransportGear for Static {
+    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+        let (pref, _) = self.inner.choose(origin, now);
+        let reason = Reason {
+            mode: self.mode.name(),
+            phase: "static",
+            score: None,
+            choice: pref,
+            why: "static",
+            extra: &[],
+        };
+        (pref, reason.render())
+    }
+
+    fn observe(&mut self, record: &ClientRecord, now: Instant) {
+        self.inner.observe(record, now);
+    }
+}
+
+/// The transport gear for `mode`. `model_dir` holds the WiseTrans models (`tcp.json`,
+/// `quic.json` and their `.meta.json` sidecars) and the strawman's coefficients
+/// (`strawman.json`); without it, or with a missing or broken model, WiseTrans logs a
+/// warning once and chooses TCP, saying `why=no-model` in every reason, and the strawman
+/// uses its documented default coefficients. Never fails.
+pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportConfig) -> Box<dyn TransportGear> {
+    match mode {
+        Mode::Tcp => Box::new(Static::new(Transport::Tcp)),
+        Mode::Quic => Box::new(Static::new(Transport::Quic)),
+        Mode::WiseTransV1 => Box::new(WiseTrans::load(Version::V1, model_dir, config)),
+        Mode::WiseTransV2 => Box::new(WiseTrans::load(Version::V2, model_dir, config)),
+        Mode::Strawman => Box::new(Strawman::load(model_dir, config)),
+        Mode::Race => Box::new(Race::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_from_their_names_and_nothing_else() {
+        for m in Mode::ALL {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+        }
+        assert_eq!("WiseTrans-V2".parse::<Mode>(), Ok(Mode::WiseTransV2));
+        let err = "wisetrans".parse::<Mode>().unwrap_err();
+        assert!(err.to_string().contains("wisetrans-v1"), "{err}");
+    }
+
+    #[test]
+    fn decision_strings_have_the_documented_shape_and_parse_back() {
+        let s = Reason {
+            mode: "wisetrans-v2",
+            phase: "probe",
+            score: Some(0.7333),
+            choice: TransportPref::Quic,
+            why: "probe-4of6",
+            extra: &[("ex", "2"), ("detail", "a;b=c")],
+        }
+        .render();
+        assert_eq!(
+            s,
+            "wisetrans-v2;phase=probe;score=0.733;choice=quic;why=probe-4of6;ex=2;detail=a_b_c"
+        );
+        assert_eq!(decision_field(&s, "mode"), Some("wisetrans-v2"));
+        assert_eq!(decision_field(&s, "choice"), Some("quic"));
+        assert_eq!(decision_field(&s, "ex"), Some("2"));
+        assert_eq!(decision_field(&s, "nope"), None);
+        let none = Reason {
+            mode: "tcp",
+            phase: "static",
+            score: None,
+            choice: TransportPref::Tcp,
+            why: "static",
+            extra: &[],
+        }
+        .render();
+        assert_eq!(none, "tcp;phase=static;score=-;choice=tcp;why=static");
+    }
+
+    #[test]
+    fn origins_of_urls_match_what_the_client_asks_about() {
+        assert_eq!(origin_key("https://127.0.0.1:4433/bytes/10"), "127.0.0.1:4433");
+        assert_eq!(origin_key("https://example.org/x?y"), "example.org:443");
+        assert_eq!(origin_key("https://[::1]:8443/"), "[::1]:8443");
+        assert_eq!(origin_key("https://[::1]/"), "[::1]:443");
+        assert_eq!(origin_key("https://h"), "h:443");
+    }
+
+    #[test]
+    fn cost_is_completion_time_per_initial_window_and_failures_cost_the_most() {
+        let cfg = TransportConfig::default();
+        let mut r = features::tests::record(Protocol::H2, 100.0, 40.0, 14_600, 1);
+        assert!((request_cost(&r, &cfg) - 50.0).abs() < 1e-9);
+        r.bytes = 0;
+        assert!((request_cost(&r, &cfg) - 100.0).abs() < 1e-9);
+        r.error = Some("timeout".into());
+        assert_eq!(request_cost(&r, &cfg), cfg.failed_request_cost_ms);
+    }
+
+    #[test]
+    fn static_gears_say_static() {
+        let mut g = transport_gear(Mode::Quic, None, TransportConfig::default());
+        let (p, why) = g.choose("a:443", Instant::now());
+        assert_eq!(p, TransportPref::Quic);
+        assert_eq!(why, "quic;phase=static;score=-;choice=quic;why=static");
+    }
+}

@@ -1,0 +1,693 @@
+//! WiseTrans-v1 and WiseTrans-v2 (seed 000, §III-A workflow, §IV-A).
+//!
+//! Per origin, every finished request goes to the Feature Extractor; when it ran on the
+//! current protocol, the Network Monitor scores the current protocol's window: the
+//! probability that the other protocol would be faster (the score is cached, so a
+//! decision itself evaluates nothing).
+//!
+//! **v1** (§IV-A1: "uses an offline-trained ML-based protocol classifier to directly
+//! select the protocol"): switch to the other protocol when the score exceeds
+//! `v1_switch_threshold` (0.5), provided the current protocol has at least
+//! `min_window_requests` requests in the window and the last switch is at least
+//! `min_dwell_ms` old. The dwell is the hysteresis: a switch is judged on at least one
+//! click burst of its own requests (§III-D: 13.5 requests in about 1.5 s), the switching
+//! rate stays near the paper's 1–3% of requests (Fig. 12b) instead of the strawman's
+//! 2–3× more, and while a rollback check runs nothing else switches (the checker must
+//! see the interval after the switch undisturbed). After a rollback, v1 holds for
+//! `rollback_hold_ms`: its model was just wrong on this path.
+//!
+//! **v2** (§III-D): the Probe Agent explores (a) on the first request to an origin,
+//! (b) when the local address of the origin's connections changes (a new path), and
+//! (c) when |score − history score| exceeds `explore_score_delta`, the history score
+//! being the first score after the last exploration; (c) at most once per
+//! `min_explore_interval_ms`. The exploration's selection is then used until the next
+//! one. The Rollback Checker watches every switch, in both versions, unless disabled.
+//!
+//! Without both models (missing directory, file, or a broken model), the gear does
+//! nothing of the above: it logs once (at load) and chooses TCP, the web's usual
+//! default, with `phase=fallback;why=no-model` in every reason and the problem itself
+//! in the first one (`detail=...`). A request never fails because of the model.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gearbox_client::{ClientRecord, TransportGear, TransportPref};
+
+use super::features::FeatureExtractor;
+use super::monitor::NetworkMonitor;
+use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
+use super::rollback::{RollbackChecker, Verdict};
+use super::{decision_field, origin_key, request_cost, Reason, Transport, TransportConfig};
+
+/// Which WiseTrans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The monitor decides directly.
+    V1,
+    /// The monitor's score change triggers live experiments.
+    V2,
+}
+
+impl Version {
+    /// The mode name written first in every reason.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Version::V1 => "wisetrans-v1",
+            Version::V2 => "wisetrans-v2",
+        }
+    }
+}
+
+/// What happened last that the next reason should mention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    None,
+    /// An exploration ended and selected this (with its two values).
+    Picked {
+        tcp: f64,
+        quic: f64,
+    },
+    /// The rollback checker undid a switch.
+    RolledBack {
+        before: f64,
+        after: f64,
+    },
+    /// An exploration was abandoned.
+    Abandoned,
+}
+
+/// Everything WiseTrans knows about one origin.
+#[derive(Debug)]
+struct OriginState {
+    features: FeatureExtractor,
+    /// The last selected protocol.
+    current: Transport,
+    /// Latest score of the current protocol's window.
+    score: Option<f64>,
+    /// v2: the score after the last exploration.
+    history_score: Option<f64>,
+    /// v1: no switch before this.
+    hold_until: Option<Instant>,
+    /// v2: end of the last exploration.
+    last_explore: Option<Instant>,
+    /// v2: whether this origin has been explored (false: the next request explores).
+    explored: bool,
+    /// v2: an exploration waiting for the next request.
+    pending: Option<Trigger>,
+    probe: ProbeAgent,
+    rollback: RollbackChecker,
+    /// Local IP of the origin's last successful connection.
+    local_ip: Option<String>,
+    last_used: Instant,
+    event: Event,
+}
+
+/// The WiseTrans transport gear.
+#[derive(Debug)]
+pub struct WiseTrans {
+    version: Version,
+    cfg: TransportConfig,
+    monitor: NetworkMonitor,
+    origins: HashMap<String, OriginState>,
+    /// The fallback's reason detail, until it has been said once.
+    fallback_detail: Option<String>,
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+impl WiseTrans {
+    /// Loads the models from `model_dir` (see [`NetworkMonitor::load`]).
+    pub fn load(version: Version, model_dir: Option<&Path>, cfg: TransportConfig) -> Self {
+        Self::with_monitor(version, NetworkMonitor::load(model_dir), cfg)
+    }
+
+    /// With a monitor already built.
+    pub fn with_monitor(version: Version, monitor: NetworkMonitor, cfg: TransportConfig) -> Self {
+        let fallback_detail = monitor.unavailable().map(str::to_string);
+        WiseTrans {
+            version,
+            cfg,
+            monitor,
+            origins: HashMap::new(),
+            fallback_detail,
+        }
+    }
+
+    /// The protocol currently selected for `origin` (None: never seen).
+    pub fn selected(&self, origin: &str) -> Option<Transport> {
+        self.origins.get(origin).map(|s| s.current)
+    }
+
+    /// The latest score for `origin`.
+    pub fn score(&self, origin: &str) -> Option<f64> {
+        self.origins.get(origin).and_then(|s| s.score)
+    }
+
+    fn fallback(&mut self) -> (TransportPref, String) {
+        let detail = self.fallback_detail.take();
+        let extra: Vec<(&'static str, &str)> = detail.iter().map(|d| ("detail", d.as_str())).collect();
+        let reason = Reason {
+            mode: self.version.mode(),
+            phase: "fallback",
+            score: None,
+            choice: TransportPref::Tcp,
+            why: "no-model",
+            extra: &extra,
+        };
+        (TransportPref::Tcp, reason.render())
+    }
+}
+
+/// The state of `origin`, made (and the least recently used origin dropped, if the map
+/// is full) on first sight.
+fn state_of<'a>(
+    origins: &'a mut HashMap<String, OriginState>,
+    c: &TransportConfig,
+    origin: &str,
+    now: Instant,
+) -> &'a mut OriginState {
+    if !origins.contains_key(origin) && origins.len() >= c.max_origins.max(1) {
+        let oldest = origins.iter().min_by_key(|(_, s)| s.last_used).map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            origins.remove(&k);
+        }
+    }
+    let st = origins.entry(origin.to_string()).or_insert_with(|| OriginState {
+        features: FeatureExtractor::new(ms(c.window_ms), c.window_max_requests),
+        current: Transport::Tcp,
+        score: None,
+        history_score: None,
+        hold_until: None,
+        last_explore: None,
+        explored: false,
+        pending: None,
+        probe: ProbeAgent::new(ms(c.explore_timeout_ms)),
+        rollback: RollbackChecker::new(
+            c.rollback,
+            ms(c.rollback_interval_ms),
+            c.rollback_deterioration,
+            c.rollback_min_requests,
+        ),
+        local_ip: None,
+        last_used: now,
+        event: Event::None,
+    });
+    st.last_used = now;
+    st
+}
+
+/// Applies a rollback verdict to an origin's state.
+fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &TransportConfig) {
+    if let Verdict::RollBack { to, before, after } = v {
+        st.current = to;
+        st.score = None;
+        st.history_score = None;
+        st.hold_until = Some(now + ms(cfg.rollback_hold_ms));
+        st.event = Event::RolledBack { before, after };
+    }
+}
+
+fn fmt_cost(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.1}")
+    } else {
+        "inf".to_string()
+    }
+}
+
+impl TransportGear for WiseTrans {
+    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+        if self.monitor.unavailable().is_some() {
+            return self.fallback();
+        }
+        let version = self.version;
+        let cfg = &self.cfg;
+        let st = state_of(&mut self.origins, cfg, origin, now);
+        if let Some(v) = st.rollback.poll(now) {
+            apply_verdict(st, v, now, cfg);
+        }
+        let why_buf: String;
+        let mut extra: Vec<(&'static str, String)> = Vec::new();
+        let (phase, choice, why): (&'static str, Transport, &str) = match version {
+            Version::V2 => {
+                if st.probe.expire(now) {
+                    st.event = Event::Abandoned;
+                    st.last_explore = Some(now);
+                }
+                if !st.explored && !st.probe.exploring() {
+                    st.pending = Some(Trigger::NewOrigin);
+                }
+                if let (Some(trigger), false) = (st.pending, st.probe.exploring()) {
+                    st.pending = None;
+                    st.explored = true;
+                    st.probe.start(now, trigger, st.current);
+                }
+                match st.probe.choose() {
+                    Some(ProbeChoice::Slot { id, slot, transport }) => {
+                        why_buf = format!("probe-{slot}of{PROBE_SLOTS}");
+                        extra.push(("ex", id.to_string()));
+                        if let Some((_, trigger)) = st.probe.running() {
+                            extra.push(("trigger", trigger.name().to_string()));
+                        }
+                        ("probe", transport, why_buf.as_str())
+                    }
+                    Some(ProbeChoice::Wait) => ("probe", st.current, "probe-wait"),
+                    None => exploit_reason(st),
+                }
+            }
+            Version::V1 => {
+                let dwell_over = st.hold_until.is_none_or(|t| now >= t);
+                let current = st.current;
+                let enough = st.features.features(current, now).ok_requests >= cfg.min_window_requests;
+                match st.score {
+                    Some(p) if p > cfg.v1_switch_threshold && enough && dwell_over && !st.rollback.checking() => {
+                        let from = st.current;
+                        st.current = from.other();
+                        st.score = None;
+                        st.hold_until = Some(now + ms(cfg.min_dwell_ms));
+                        st.rollback.switched(from, st.current, now, &[]);
+                        why_buf = format!("switch-p>{}", cfg.v1_switch_threshold);
+                        ("exploit", st.current, why_buf.as_str())
+                    }
+                    Some(p) if p > cfg.v1_switch_threshold && !enough => ("warmup", st.current, "few-requests"),
+                    Some(p) if p > cfg.v1_switch_threshold => {
+                        if st.rollback.checking() {
+                            ("check", st.current, "hold-check")
+                        } else {
+                            ("exploit", st.current, "hold-dwell")
+                        }
+                    }
+                    _ => exploit_reason(st),
+                }
+            }
+        };
+        match std::mem::replace(&mut st.event, Event::None) {
+            Event::None => {}
+            Event::Picked { tcp, quic } => {
+                extra.push(("picked", format!("tcp:{}/quic:{}", fmt_cost(tcp), fmt_cost(quic))));
+            }
+            Event::RolledBack { before, after } => {
+                extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
+            }
+            Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
+        }
+        let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let reason = Reason {
+            mode: version.mode(),
+            phase,
+            score: st.score,
+            choice: choice.pref(),
+            why,
+            extra: &extra_refs,
+        };
+        (choice.pref(), reason.render())
+    }
+
+    fn observe(&mut self, record: &ClientRecord, now: Instant) {
+        if self.monitor.unavailable().is_some() {
+            return;
+        }
+        let version = self.version;
+        let cfg = &self.cfg;
+        let origin = origin_key(&record.url);
+        let st = state_of(&mut self.origins, cfg, &origin, now);
+        let transport = st.features.observe(record, now);
+        let cost = request_cost(record, cfg);
+
+        // A new local address on a successful request is a new path.
+        if record.error.is_none() && !record.local_addr.is_empty() {
+            let ip = local_ip(&record.local_addr);
+            if st.local_ip.as_deref().is_some_and(|old| old != ip) && version == Version::V2 {
+                st.pending = Some(Trigger::PathChange);
+            }
+            if st.local_ip.as_deref() != Some(ip) {
+                st.local_ip = Some(ip.to_string());
+            }
+        }
+
+        // A probe slot's result goes to the Probe Agent, and nowhere else.
+        if let Some((id, slot)) = record.decision.as_deref().and_then(probe_slot) {
+            if version == Version::V2 {
+                if let Some(out) = st.probe.observe(id, slot, cost) {
+                    let previous = st.current;
+                    st.current = out.selected;
+                    st.last_explore = Some(now);
+                    st.history_score = None;
+                    st.score = None;
+                    st.event = Event::Picked {
+                        tcp: out.tcp_cost,
+                        quic: out.quic_cost,
+                    };
+                    let previous_costs = match previous {
+                        Transport::Tcp => out.tcp_costs,
+                        Transport::Quic => out.quic_costs,
+                    };
+                    if out.selected != previous {
+                        st.rollback.switched(previous, out.selected, now, &previous_costs);
+                    }
+                }
+            }
+            return;
+        }
+
+        if let Some(v) = st.rollback.observe(transport, cost, now) {
+            apply_verdict(st, v, now, cfg);
+        }
+        if transport != st.current {
+            return;
+        }
+        let f = st.features.features(transport, now);
+        st.score = if f.ok_requests >= 1 {
+            self.monitor.score(transport, &f)
+        } else {
+            None
+        };
+        if version == Version::V2 && !st.probe.exploring() && f.ok_requests >= cfg.min_window_requests {
+            match (st.score, st.history_score) {
+                (Some(s), None) => st.history_score = Some(s),
+                (Some(s), Some(h)) if (s - h).abs() > cfg.explore_score_delta => {
+                    let cooled = st
+                        .last_explore
+                        .is_none_or(|t| now.saturating_duration_since(t) >= ms(cfg.min_explore_interval_ms));
+                    if cooled && st.pending.is_none() {
+                        st.pending = Some(Trigger::ScoreJump);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Phase and why of an exploiting decision (no switch now).
+fn exploit_reason(st: &OriginState) -> (&'static str, Transport, &'static str) {
+    if st.rollback.checking() {
+        ("check", st.current, "stay")
+    } else if st.score.is_none() {
+        ("exploit", st.current, "no-score")
+    } else {
+        ("exploit", st.current, "stay")
+    }
+}
+
+/// The IP part of `ip:port` (`[v6]:port` keeps its brackets).
+fn local_ip(addr: &str) -> &str {
+    match addr.rfind(':') {
+        Some(i) if !addr[i..].contains(']') => &addr[..i],
+        _ => addr,
+    }
+}
+
+/// `(exploration id, slot)` of a WiseTrans-v2 probe decision.
+fn probe_slot(decision: &str) -> Option<(u64, usize)> {
+    if decision_field(decision, "mode")? != Version::V2.mode() {
+        return None;
+    }
+    let why = decision_field(decision, "why")?;
+    let slot = why.strip_prefix("probe-")?.split_once("of")?.0.parse().ok()?;
+    let id = decision_field(decision, "ex")?.parse().ok()?;
+    Some((id, slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::features::tests::{record, with_counters};
+    use super::super::monitor::testing::write_stumps;
+    use super::*;
+    use gearbox_dataplane::telemetry::Protocol;
+
+    const ORIGIN: &str = "127.0.0.1:4433";
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn gear(version: Version, low: f32, high: f32, cfg: TransportConfig) -> (WiseTrans, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tmp");
+        write_stumps(dir.path(), 0.05, low, high);
+        (WiseTrans::load(version, Some(dir.path()), cfg), dir)
+    }
+
+    /// A finished request of the given transport and completion time, carrying the
+    /// decision it was made with; `loss` sets the connection's lost/sent growth.
+    fn done(t: Transport, rct: f64, decision: &str, conn: u64, counters: (u64, u64)) -> ClientRecord {
+        let proto = match t {
+            Transport::Tcp => Protocol::H2,
+            Transport::Quic => Protocol::H3,
+        };
+        let mut r = with_counters(record(proto, rct, rct / 2.0, 1000, conn), 40.0, counters.0, counters.1);
+        r.decision = Some(decision.to_string());
+        r
+    }
+
+    fn pref(t: Transport) -> TransportPref {
+        t.pref()
+    }
+
+    #[test]
+    fn probe_agent_alternates_three_and_three_then_uses_the_better_from_the_seventh_request() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let mut issued = Vec::new();
+        for k in 0..6 {
+            let (p, why) = g.choose(ORIGIN, t0 + ms(k));
+            issued.push((p, why));
+        }
+        let protos: Vec<_> = issued.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            protos,
+            [
+                Transport::Tcp,
+                Transport::Quic,
+                Transport::Tcp,
+                Transport::Quic,
+                Transport::Tcp,
+                Transport::Quic
+            ]
+            .map(pref)
+        );
+        assert!(issued[0]
+            .1
+            .starts_with("wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-1of6;ex=1"));
+        assert!(issued[0].1.contains("trigger=new-origin"), "{}", issued[0].1);
+        // The 7th request, issued before the results: the last selected protocol (TCP).
+        let (p7, why7) = g.choose(ORIGIN, t0 + ms(7));
+        assert_eq!(p7, TransportPref::Tcp);
+        assert!(why7.contains("why=probe-wait"), "{why7}");
+        // Results: QUIC is faster.
+        for (k, (p, why)) in issued.iter().enumerate() {
+            let t = if *p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            let rct = if t == Transport::Tcp { 200.0 } else { 100.0 };
+            g.observe(
+                &done(t, rct + k as f64, why, 1 + k as u64 % 2, (0, 0)),
+                t0 + ms(100 + k as u64),
+            );
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        let (p8, why8) = g.choose(ORIGIN, t0 + ms(200));
+        assert_eq!(p8, TransportPref::Quic);
+        assert!(why8.contains("phase="), "{why8}");
+        assert!(
+            why8.contains("picked=tcp:"),
+            "the reason says what the exploration measured: {why8}"
+        );
+        let (p9, _) = g.choose(ORIGIN, t0 + ms(201));
+        assert_eq!(p9, TransportPref::Quic);
+    }
+
+    #[test]
+    fn v2_explores_on_a_score_jump_and_not_on_small_changes() {
+        // Stumps: retran_rate < 0.05 -> p = 0.12, otherwise p = 0.88.
+        let (mut g, _d) = gear(Version::V2, -2.0, 2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // First exploration (new origin); TCP wins it.
+        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let t = if *p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            let rct = if t == Transport::Tcp { 50.0 } else { 90.0 };
+            g.observe(&done(t, rct, why, 10 + k as u64, (0, 0)), t0 + ms(10 + k as u64));
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        // Exploitation on TCP with little loss: the score settles at 0.12 (history);
+        // loss wobbling below the split moves nothing.
+        let mut t = t0 + ms(100);
+        let (mut sent, mut lost) = (0u64, 0u64);
+        for i in 0..40u64 {
+            t += ms(500);
+            sent += 100;
+            lost += i % 3; // 0..2% loss
+            let (p, why) = g.choose(ORIGIN, t);
+            assert_eq!(p, TransportPref::Tcp, "{why}");
+            assert!(!why.contains("phase=probe"), "no exploration on noise: {why}");
+            g.observe(&done(Transport::Tcp, 50.0, &why, 1, (sent, lost)), t + ms(50));
+        }
+        assert!((g.score(ORIGIN).expect("score") - 0.119).abs() < 0.01);
+        // Heavy loss: the score jumps to 0.88 and the next request explores.
+        let mut explored = None;
+        for _ in 0..10 {
+            t += ms(500);
+            sent += 100;
+            lost += 30;
+            let (_, why) = g.choose(ORIGIN, t);
+            if why.contains("phase=probe") {
+                explored = Some(why);
+                break;
+            }
+            g.observe(&done(Transport::Tcp, 50.0, &why, 1, (sent, lost)), t + ms(50));
+        }
+        let why = explored.expect("a score jump starts an exploration");
+        assert!(
+            why.contains("why=probe-1of6") && why.contains("trigger=score-jump"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn v1_switches_when_the_model_says_the_other_protocol_is_faster_and_holds_its_dwell() {
+        // p = 0.88 whatever the loss (both leaves high): QUIC would be faster than TCP,
+        // and TCP faster than QUIC: the dwell must stop flapping.
+        let cfg = TransportConfig {
+            rollback: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V1, 2.0, 2.0, cfg);
+        let t0 = Instant::now();
+        let (p, why) = g.choose(ORIGIN, t0);
+        assert_eq!(p, TransportPref::Tcp);
+        assert_eq!(why, "wisetrans-v1;phase=exploit;score=-;choice=tcp;why=no-score");
+        let mut t = t0;
+        let mut picks = Vec::new();
+        for _ in 0..40 {
+            t += ms(100);
+            let (p, why) = g.choose(ORIGIN, t);
+            let tr = if p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            picks.push((t, p, why.clone()));
+            g.observe(
+                &done(tr, 50.0, &why, if tr == Transport::Tcp { 1 } else { 2 }, (0, 0)),
+                t + ms(50),
+            );
+        }
+        let switches: Vec<_> = picks.windows(2).filter(|w| w[0].1 != w[1].1).map(|w| w[1].0).collect();
+        assert!(!switches.is_empty(), "v1 switches on p > 0.5");
+        assert!(picks.iter().any(|(_, _, w)| w.contains("why=switch-p>0.5")));
+        for pair in switches.windows(2) {
+            assert!(pair[1] - pair[0] >= ms(2000), "switches at least the dwell apart");
+        }
+    }
+
+    #[test]
+    fn rollback_undoes_a_switch_that_made_requests_slower() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // Exploration: QUIC looks better.
+        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let t = if *p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            let rct = if t == Transport::Tcp { 100.0 } else { 60.0 };
+            g.observe(&done(t, rct, why, 10 + k as u64, (0, 0)), t0 + ms(10 + k as u64));
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        // After the switch QUIC turns out much slower (e.g. UDP rate-limited).
+        let mut t = t0 + ms(100);
+        let mut rolled = None;
+        for _ in 0..30 {
+            t += ms(500);
+            let (p, why) = g.choose(ORIGIN, t);
+            if why.contains("rollback=") {
+                rolled = Some((p, why));
+                break;
+            }
+            let tr = if p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            g.observe(&done(tr, 400.0, &why, 2, (0, 0)), t + ms(50));
+        }
+        let (p, why) = rolled.expect("a rollback");
+        assert_eq!(p, TransportPref::Tcp, "{why}");
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+    }
+
+    #[test]
+    fn a_missing_model_means_tcp_and_the_reason_says_so_with_the_detail_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut g = WiseTrans::load(Version::V2, Some(dir.path()), TransportConfig::default());
+        let t0 = Instant::now();
+        let (p1, r1) = g.choose(ORIGIN, t0);
+        let (p2, r2) = g.choose(ORIGIN, t0 + ms(1));
+        assert_eq!((p1, p2), (TransportPref::Tcp, TransportPref::Tcp));
+        assert!(
+            r1.starts_with("wisetrans-v2;phase=fallback;score=-;choice=tcp;why=no-model;detail="),
+            "{r1}"
+        );
+        assert!(r1.contains("tcp.json"), "{r1}");
+        assert_eq!(r2, "wisetrans-v2;phase=fallback;score=-;choice=tcp;why=no-model");
+        // Observing records with a fallback gear is harmless.
+        g.observe(&done(Transport::Quic, 10.0, &r1, 1, (0, 0)), t0);
+        assert_eq!(g.choose(ORIGIN, t0 + ms(2)).0, TransportPref::Tcp);
+    }
+
+    #[test]
+    fn a_new_local_address_starts_a_new_exploration() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let t = if *p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            g.observe(&done(t, 50.0, why, 10 + k as u64, (0, 0)), t0 + ms(10));
+        }
+        let (_, why) = g.choose(ORIGIN, t0 + ms(20));
+        assert!(!why.contains("phase=probe"), "{why}");
+        let mut r = done(Transport::Tcp, 50.0, &why, 1, (0, 0));
+        r.local_addr = "10.0.0.7:41000".into();
+        g.observe(&r, t0 + ms(30));
+        let (_, why) = g.choose(ORIGIN, t0 + ms(40));
+        assert!(
+            why.contains("why=probe-1of6") && why.contains("trigger=path-change"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn probe_decisions_parse_back() {
+        assert_eq!(
+            probe_slot("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12;trigger=score-jump"),
+            Some((12, 4))
+        );
+        assert_eq!(
+            probe_slot("wisetrans-v1;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12"),
+            None
+        );
+        assert_eq!(
+            probe_slot("wisetrans-v2;phase=exploit;score=-;choice=quic;why=stay"),
+            None
+        );
+        assert_eq!(probe_slot("fixed:tcp"), None);
+        assert_eq!(local_ip("10.0.0.1:443"), "10.0.0.1");
+        assert_eq!(local_ip("[::1]:443"), "[::1]");
+    }
+}
