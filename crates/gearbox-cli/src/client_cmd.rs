@@ -20,6 +20,7 @@ use gearbox_client::{
     TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
+use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
 /// Where `get` looks for the system's CA bundle when neither `--ca` nor `--insecure` is given.
@@ -34,6 +35,8 @@ pub enum Proto {
     H1,
     /// QUIC with HTTP/3.
     Quic,
+    /// Let the transport gear (`--gear`) choose TCP or QUIC per request.
+    Auto,
 }
 
 impl From<Proto> for TransportPref {
@@ -42,6 +45,7 @@ impl From<Proto> for TransportPref {
             Proto::Tcp => TransportPref::Tcp,
             Proto::H1 => TransportPref::H1,
             Proto::Quic => TransportPref::Quic,
+            Proto::Auto => TransportPref::Auto,
         }
     }
 }
@@ -52,6 +56,46 @@ fn parse_quic_cc(s: &str) -> Result<QuicCc, String> {
 
 fn parse_tcp_cc(s: &str) -> Result<TcpCc, String> {
     s.parse().map_err(|e: gearbox_cc::UnknownCc| e.to_string())
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+        .map_err(|e: gearbox_gears::transport::UnknownMode| e.to_string())
+}
+
+/// The transport gear of `--proto auto` requests, shared by `get` and `load`.
+#[derive(Debug, clap::Args)]
+pub struct GearArgs {
+    /// Transport gear for `--proto auto`: tcp, quic, wisetrans-v1, wisetrans-v2, strawman
+    /// or race (default wisetrans-v2; giving it implies `--proto auto`). See docs/wisetrans.md.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub gear: Option<Mode>,
+    /// Directory with the gear's models: tcp.json, quic.json (+ .meta.json sidecars),
+    /// strawman.json. Without it WiseTrans chooses TCP (and says so in each record).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+}
+
+impl GearArgs {
+    /// The transport of every request and the gear that decides `auto` ones.
+    fn resolve(&self, proto: Option<Proto>) -> anyhow::Result<(TransportPref, Box<dyn TransportGear>)> {
+        let transport = match (proto, self.gear) {
+            (Some(p), Some(mode)) if p != Proto::Auto => {
+                let name = TransportPref::from(p).name();
+                bail!("--gear {mode} decides only `--proto auto` requests; drop --proto {name} or use --proto auto")
+            }
+            (Some(p), _) => TransportPref::from(p),
+            (None, Some(_)) => TransportPref::Auto,
+            (None, None) => TransportPref::Tcp,
+        };
+        let gear: Box<dyn TransportGear> = if transport == TransportPref::Auto {
+            let mode = self.gear.unwrap_or(Mode::WiseTransV2);
+            transport_gear(mode, self.model_dir.as_deref(), TransportConfig::default())
+        } else {
+            Box::new(StaticTransport::new(transport))
+        };
+        Ok((transport, gear))
+    }
 }
 
 /// Connection settings shared by `get` and `load`.
@@ -148,9 +192,11 @@ fn hint(err: &ClientError, conn: &ConnArgs) -> &'static str {
 pub struct GetArgs {
     /// The https:// URL to fetch.
     pub url: String,
-    /// Transport to use.
-    #[arg(long, value_enum, default_value_t = Proto::Tcp)]
-    pub proto: Proto,
+    /// Transport to use (default tcp; auto when --gear is given).
+    #[arg(long, value_enum)]
+    pub proto: Option<Proto>,
+    #[command(flatten)]
+    pub gear: GearArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
     /// Also append the record to this JSON-lines telemetry file.
@@ -171,11 +217,12 @@ pub struct GetArgs {
 /// set), the body to `-o`, and a failure to stderr with a nonzero exit.
 pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
     let method = http_method(&a.method)?;
+    let (transport, gear) = a.gear.resolve(a.proto)?;
     let rt = runtime()?;
     rt.block_on(async {
         let sink = telemetry_sink(a.out.as_deref())?;
-        let client = Client::new(a.conn.config(sink)?).context("gearbox get")?;
-        let mut req = Request::get(&a.url, a.proto.into());
+        let client = Client::with_gear(a.conn.config(sink)?, gear).context("gearbox get")?;
+        let mut req = Request::get(&a.url, transport);
         req.method = method;
         if let Some(n) = a.body_bytes {
             req.body = bytes_of(n);
@@ -215,9 +262,11 @@ pub struct LoadArgs {
     /// The edge to load, https://host:port.
     #[arg(long, value_name = "URL")]
     pub target: String,
-    /// Transport of every request.
-    #[arg(long, value_enum, default_value_t = Proto::Tcp)]
-    pub proto: Proto,
+    /// Transport of every request (default tcp; auto when --gear is given).
+    #[arg(long, value_enum)]
+    pub proto: Option<Proto>,
+    #[command(flatten)]
+    pub gear: GearArgs,
     /// Workload seed: the same seed replays the same requests.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -240,20 +289,21 @@ pub struct LoadArgs {
     pub conn: ConnArgs,
 }
 
-/// Passes choices to a static gear and keeps every observed record for the summary.
+/// Passes choices to a gear and keeps every observed record for the summary.
 /// The client calls `observe` for every request, page objects included, so this sees
-/// exactly what went to telemetry.
-pub(crate) struct Collect {
-    pub(crate) inner: StaticTransport,
+/// exactly what went to telemetry (and the gear learns from the same records).
+pub(crate) struct Collect<G = StaticTransport> {
+    pub(crate) inner: G,
     pub(crate) records: Arc<Mutex<Vec<ClientRecord>>>,
 }
 
-impl TransportGear for Collect {
+impl<G: TransportGear> TransportGear for Collect<G> {
     fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
         self.inner.choose(origin, now)
     }
 
-    fn observe(&mut self, record: &ClientRecord, _now: Instant) {
+    fn observe(&mut self, record: &ClientRecord, now: Instant) {
+        self.inner.observe(record, now);
         self.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -277,6 +327,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     if !target.starts_with("https://") {
         bail!("--target must be an https:// URL of the edge, got {:?}", a.target);
     }
+    let (transport, gear) = a.gear.resolve(a.proto)?;
     let requests = spec.generate(a.seed, limit);
     if requests.is_empty() {
         bail!("workload {} gives no requests for this limit", spec.name);
@@ -287,7 +338,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         let sink = telemetry_sink(a.telemetry.as_deref())?;
         let records = Arc::new(Mutex::new(Vec::new()));
         let gear = Collect {
-            inner: StaticTransport::new(a.proto.into()),
+            inner: gear,
             records: records.clone(),
         };
         let client = Client::with_gear(a.conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
@@ -299,13 +350,13 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
                 a.seed,
                 &requests,
                 &target,
-                a.proto.into(),
+                transport,
                 a.time_scale,
                 paths,
             )
             .await?
         } else {
-            replay_requests(&client, &requests, &target, a.proto.into(), a.time_scale, paths).await;
+            replay_requests(&client, &requests, &target, transport, a.time_scale, paths).await;
             Vec::new()
         };
         client.flush_telemetry().await;
