@@ -11,6 +11,8 @@ mod client_cmd;
 mod demo_cmd;
 mod edge_cmd;
 mod emu_cmd;
+mod lab_cmd;
+mod trace_cmd;
 
 /// gearbox: adaptive web transport — edge server, client, lab and learners.
 #[derive(Parser)]
@@ -37,6 +39,11 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Run commands across an emulated network path (needs root).
     Emu(emu_cmd::EmuArgs),
+    /// Lab: scenarios, experiment runs across emulated paths, reports (`gearbox lab --help`).
+    Lab(lab_cmd::LabArgs),
+    /// Synthetic link traces for scenarios (used by the lab).
+    #[command(hide = true)]
+    Trace(trace_cmd::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +60,8 @@ fn main() -> ExitCode {
         Command::Load(a) => client_cmd::run_load(a),
         Command::Demo(a) => demo_cmd::run(a),
         Command::Emu(a) => emu_cmd::run(a),
+        Command::Lab(a) => lab_cmd::run(a),
+        Command::Trace(a) => trace_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

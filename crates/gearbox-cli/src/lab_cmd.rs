@@ -1,0 +1,86 @@
+//! `gearbox lab`: the lab (scenarios, experiment runner, reports) is Python
+//! (`python/gearbox/lab`, docs/lab.md); this subcommand only execs it with the
+//! same arguments, so that `gearbox` stays the one front door.
+//!
+//! Which Python: `$GEARBOX_PYTHON`, else the repository's `.venv/bin/python`
+//! (found from this binary's place, `<repo>/target/{release,debug}/gearbox`),
+//! else `python3` from PATH. The child gets `GEARBOX_BIN` (this binary, unless
+//! already set) so that the lab drives the same build, and `<repo>/python` on
+//! `PYTHONPATH` so that it runs from a checkout even before `pip install`.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Args;
+
+/// Arguments of `gearbox lab`: everything after `lab`, passed on untouched
+/// (`gearbox lab --help` is the Python side's help).
+#[derive(Args, Debug)]
+#[command(disable_help_flag = true, disable_version_flag = true)]
+pub struct LabArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// Runs `-m gearbox.lab` through `runpy`, after checking that the package is
+/// importable, so that a missing package gets a sentence instead of a traceback.
+const BOOTSTRAP: &str = r#"
+import importlib.util, runpy, sys
+if sys.version_info < (3, 11):
+    sys.stderr.write("gearbox lab needs Python 3.11+, %s is %s: run scripts/setup.sh\n" % (sys.executable, sys.version.split()[0]))
+    sys.exit(2)
+try:
+    found = importlib.util.find_spec("gearbox.lab") is not None
+except ImportError:
+    found = False
+if not found:
+    sys.stderr.write(
+        "gearbox lab: the Python package gearbox.lab is not installed for %s: run scripts/setup.sh "
+        "(or scripts/python-setup.sh)\n" % sys.executable
+    )
+    sys.exit(2)
+sys.argv[0] = "gearbox lab"
+runpy.run_module("gearbox.lab", run_name="__main__", alter_sys=True)
+"#;
+
+/// The repository root when this binary is `<repo>/target/<profile>/gearbox`.
+fn repo_root(exe: &Path) -> Option<PathBuf> {
+    let root = exe.parent()?.parent()?.parent()?;
+    root.join("python").join("gearbox").is_dir().then(|| root.to_path_buf())
+}
+
+/// Execs the Python lab; returns only on failure to start it.
+pub fn run(a: LabArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().ok();
+    let repo = exe.as_deref().and_then(repo_root);
+    let venv_python = repo.as_ref().map(|r| r.join(".venv").join("bin").join("python"));
+    let python: OsString = match std::env::var_os("GEARBOX_PYTHON") {
+        Some(p) => p,
+        None => match venv_python.filter(|p| p.is_file()) {
+            Some(p) => p.into_os_string(),
+            None => "python3".into(),
+        },
+    };
+    let mut cmd = Command::new(&python);
+    cmd.arg("-c").arg(BOOTSTRAP).args(&a.args);
+    if std::env::var_os("GEARBOX_BIN").is_none() {
+        if let Some(exe) = &exe {
+            cmd.env("GEARBOX_BIN", exe);
+        }
+    }
+    if let Some(repo) = &repo {
+        let mut paths = vec![repo.join("python")];
+        if let Some(old) = std::env::var_os("PYTHONPATH") {
+            paths.extend(std::env::split_paths(&old));
+        }
+        cmd.env("PYTHONPATH", std::env::join_paths(paths)?);
+    }
+    let err = cmd.exec();
+    anyhow::bail!(
+        "gearbox lab needs Python 3.11+ with the gearbox package, but `{}` could not be started ({err}): \
+         run scripts/setup.sh, or set GEARBOX_PYTHON",
+        Path::new(&python).display()
+    )
+}
