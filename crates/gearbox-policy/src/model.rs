@@ -1,0 +1,335 @@
+//! A model file with its sidecar, feature rows built by name, and the fallback
+//! wrapper gears hold.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::ensemble::TreeEnsemble;
+use crate::error::{EvalError, ModelError};
+use crate::meta::ModelMeta;
+use crate::xgboost_json::{Objective, ParsedModel};
+
+/// A tree-ensemble model and its sidecar, checked to belong together.
+#[derive(Debug, Clone)]
+pub struct Model {
+    path: PathBuf,
+    meta: ModelMeta,
+    ensemble: TreeEnsemble,
+    index: HashMap<String, usize>,
+    /// Per feature: `(mean, std)` to standardise with, if any.
+    scale: Vec<Option<(f64, f64)>>,
+    /// Identifies the feature layout, so a row built for another model is refused.
+    layout: u64,
+}
+
+/// Input values for one prediction, in a model's feature order and already
+/// standardised. Built by [`Model::row`] or [`Model::empty_row`] + [`Model::set`];
+/// unset features are missing (NaN), which the trees route by `default_left`.
+/// Reuse one row across requests to avoid allocating.
+#[derive(Debug, Clone)]
+pub struct FeatureRow {
+    values: Vec<f32>,
+    layout: u64,
+}
+
+impl FeatureRow {
+    /// The values the model sees (model order, standardised, NaN = missing).
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// Mark every feature missing again.
+    pub fn clear(&mut self) {
+        self.values.fill(f32::NAN);
+    }
+}
+
+impl Model {
+    /// Read `path` (XGBoost JSON) and its sidecar [`ModelMeta::path_for`]`(path)`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        Self::load_with_sidecar(path, ModelMeta::path_for(path))
+    }
+
+    /// Read a model and a sidecar at an explicit path.
+    pub fn load_with_sidecar(path: impl AsRef<Path>, sidecar: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let (path, sidecar) = (path.as_ref(), sidecar.as_ref());
+        let bytes = std::fs::read(path).map_err(|source| ModelError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parsed = ParsedModel::from_slice(&bytes).map_err(|e| ModelError::format(path, e))?;
+        let meta = ModelMeta::load(sidecar)?;
+        Self::from_parts(path, sidecar, &parsed, meta)
+    }
+
+    /// Put together a parsed model and its sidecar; `path` and `sidecar` only
+    /// name them in errors.
+    pub fn from_parts(
+        path: impl AsRef<Path>,
+        sidecar: impl AsRef<Path>,
+        parsed: &ParsedModel,
+        meta: ModelMeta,
+    ) -> Result<Self, ModelError> {
+        let (path, sidecar) = (path.as_ref(), sidecar.as_ref());
+        let mismatch = |reason: String| ModelError::Mismatch {
+            model: path.to_path_buf(),
+            sidecar: sidecar.to_path_buf(),
+            reason,
+        };
+        if meta.objective != parsed.objective.name() {
+            return Err(mismatch(format!(
+                "objective: sidecar says {:?}, model is {:?}",
+                meta.objective,
+                parsed.objective.name()
+            )));
+        }
+        if meta.features.len() != parsed.num_features {
+            return Err(mismatch(format!(
+                "sidecar lists {} features, model takes {}",
+                meta.features.len(),
+                parsed.num_features
+            )));
+        }
+        if !parsed.feature_names.is_empty() {
+            for (i, (ours, theirs)) in meta.features.iter().zip(&parsed.feature_names).enumerate() {
+                if &ours.name != theirs {
+                    return Err(mismatch(format!(
+                        "feature {i}: sidecar says {:?}, model file says {theirs:?}",
+                        ours.name
+                    )));
+                }
+            }
+        }
+        if !meta.class_labels.is_empty() {
+            let classes = match parsed.objective {
+                Objective::BinaryLogistic => 2,
+                Objective::MultiSoftprob { num_class } | Objective::ForestProba { num_class } => num_class,
+                Objective::SquaredError => 0,
+            };
+            if meta.class_labels.len() != classes {
+                return Err(mismatch(format!(
+                    "{} class labels for a model with {classes} classes",
+                    meta.class_labels.len()
+                )));
+            }
+        }
+        let index = meta
+            .features
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.clone(), i))
+            .collect();
+        let scale: Vec<_> = meta.features.iter().map(|f| f.mean.zip(f.std)).collect();
+        let mut hasher = DefaultHasher::new();
+        for f in &meta.features {
+            f.name.hash(&mut hasher);
+            f.mean.map(f64::to_bits).hash(&mut hasher);
+            f.std.map(f64::to_bits).hash(&mut hasher);
+        }
+        Ok(Model {
+            path: path.to_path_buf(),
+            ensemble: TreeEnsemble::from_parsed(parsed),
+            meta,
+            index,
+            scale,
+            layout: hasher.finish(),
+        })
+    }
+
+    /// The model file this was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The sidecar.
+    pub fn meta(&self) -> &ModelMeta {
+        &self.meta
+    }
+
+    /// The flattened trees (takes rows already in model order and scale).
+    pub fn ensemble(&self) -> &TreeEnsemble {
+        &self.ensemble
+    }
+
+    /// The objective.
+    pub fn objective(&self) -> Objective {
+        self.ensemble.objective()
+    }
+
+    /// Values a prediction has.
+    pub fn num_outputs(&self) -> usize {
+        self.ensemble.num_outputs()
+    }
+
+    /// Feature names in model order.
+    pub fn feature_names(&self) -> impl Iterator<Item = &str> {
+        self.meta.features.iter().map(|f| f.name.as_str())
+    }
+
+    /// Class labels in output order (empty if the sidecar gives none).
+    pub fn class_labels(&self) -> &[String] {
+        &self.meta.class_labels
+    }
+
+    /// Position of a feature in model order.
+    pub fn feature_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// A row with every feature missing.
+    pub fn empty_row(&self) -> FeatureRow {
+        FeatureRow {
+            values: vec![f32::NAN; self.scale.len()],
+            layout: self.layout,
+        }
+    }
+
+    /// Set one feature from its raw value (standardised here if the sidecar
+    /// says so, in `f64`, then rounded to `f32` as numpy -> XGBoost does).
+    /// Returns false, changing nothing, if the model has no such feature.
+    pub fn set(&self, row: &mut FeatureRow, name: &str, value: f64) -> bool {
+        match self.index.get(name) {
+            Some(&i) if i < row.values.len() => {
+                row.values[i] = self.scaled(i, value);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A row from `(name, raw value)` pairs, e.g. a `HashMap<String, f64>`.
+    /// Features not given are missing (NaN); names the model does not use are
+    /// ignored, so one record can feed models that use different subsets.
+    pub fn row<K, V, I>(&self, values: I) -> FeatureRow
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Borrow<f64>,
+    {
+        let mut row = self.empty_row();
+        for (name, value) in values {
+            self.set(&mut row, name.as_ref(), *value.borrow());
+        }
+        row
+    }
+
+    /// A row from raw values already in model order (NaN = missing).
+    pub fn row_from_values(&self, raw: &[f64]) -> Result<FeatureRow, EvalError> {
+        if raw.len() != self.scale.len() {
+            return Err(EvalError::RowLength {
+                expected: self.scale.len(),
+                got: raw.len(),
+            });
+        }
+        let values = raw.iter().enumerate().map(|(i, &v)| self.scaled(i, v)).collect();
+        Ok(FeatureRow {
+            values,
+            layout: self.layout,
+        })
+    }
+
+    /// Predict: probabilities for classifiers (one value, P(class 1), for
+    /// `binary:logistic`; one per class otherwise), the value for regression.
+    /// `out` takes [`num_outputs`](Self::num_outputs) values. Does not allocate.
+    pub fn predict(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
+        self.check_row(row)?;
+        self.ensemble.predict(&row.values, out)
+    }
+
+    /// Margins before the link function (XGBoost's `output_margin=True`).
+    pub fn predict_margin(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
+        self.check_row(row)?;
+        self.ensemble.predict_margin(&row.values, out)
+    }
+
+    fn check_row(&self, row: &FeatureRow) -> Result<(), EvalError> {
+        if row.layout != self.layout {
+            return Err(EvalError::ForeignRow);
+        }
+        Ok(())
+    }
+
+    fn scaled(&self, i: usize, value: f64) -> f32 {
+        match self.scale.get(i).copied().flatten() {
+            Some((mean, std)) => ((value - mean) / std) as f32,
+            None => value as f32,
+        }
+    }
+}
+
+/// What a gear holds: a model, or the reason there is none.
+///
+/// Loading never fails: a missing or broken model is logged once with
+/// `tracing::warn!` (naming the gear, the file and the problem) and every
+/// later [`predict`](Self::predict) answers `None`, so the gear takes its
+/// documented static choice (DESIGN.md principle 6). A row of the wrong shape is
+/// a caller bug; it is also logged once and answered with `None`.
+#[derive(Debug)]
+pub struct ModelOrFallback {
+    gear: String,
+    path: PathBuf,
+    model: Result<Model, ModelError>,
+    warned_eval: AtomicBool,
+}
+
+impl ModelOrFallback {
+    /// Load `path` and its sidecar for `gear` (a name for the logs).
+    pub fn load(gear: impl Into<String>, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref();
+        Self::from_result(gear, path, Model::load(path))
+    }
+
+    /// Wrap an existing load result (logs the error, if any, once).
+    pub fn from_result(gear: impl Into<String>, path: impl AsRef<Path>, model: Result<Model, ModelError>) -> Self {
+        let gear = gear.into();
+        let path = path.as_ref().to_path_buf();
+        if let Err(error) = &model {
+            tracing::warn!(gear = %gear, path = %path.display(), %error, "model unavailable; using the static default");
+        }
+        ModelOrFallback {
+            gear,
+            path,
+            model,
+            warned_eval: AtomicBool::new(false),
+        }
+    }
+
+    /// The model, or `None` if it could not be loaded.
+    pub fn model(&self) -> Option<&Model> {
+        self.model.as_ref().ok()
+    }
+
+    /// Why there is no model, if there is none.
+    pub fn error(&self) -> Option<&ModelError> {
+        self.model.as_ref().err()
+    }
+
+    /// The model path given at load.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A row with every feature missing, or `None` without a model.
+    pub fn empty_row(&self) -> Option<FeatureRow> {
+        self.model().map(Model::empty_row)
+    }
+
+    /// Predict into `out` and return it, or `None` to take the static default.
+    pub fn predict<'o>(&self, row: &FeatureRow, out: &'o mut [f32]) -> Option<&'o [f32]> {
+        let model = self.model()?;
+        match model.predict(row, out) {
+            Ok(()) => Some(out),
+            Err(error) => {
+                if !self.warned_eval.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(gear = %self.gear, path = %self.path.display(), %error,
+                        "model evaluation refused; using the static default");
+                }
+                None
+            }
+        }
+    }
+}

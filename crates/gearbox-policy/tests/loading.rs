@@ -1,0 +1,452 @@
+//! Loading models and sidecars: every problem is a typed error naming the file
+//! and the field, never a panic; a gear without a model falls back once, loudly.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gearbox_policy::{
+    sha256_file, EvalError, FormatError, Model, ModelError, ModelMeta, ModelOrFallback, Objective, ParsedModel,
+    TreeEnsemble,
+};
+use serde_json::{json, Value};
+
+fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+}
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gearbox-policy-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::write(path, serde_json::to_vec(v).unwrap()).unwrap();
+}
+
+/// Copy a shipped model and its sidecar into `dir`, editing each on the way.
+fn copy_set(dir: &Path, set: &str, edit_model: impl FnOnce(&mut Value), edit_meta: impl FnOnce(&mut Value)) -> PathBuf {
+    let mut model = read_json(&vectors_dir().join(format!("{set}.json")));
+    let mut meta = read_json(&vectors_dir().join(format!("{set}.meta.json")));
+    edit_model(&mut model);
+    edit_meta(&mut meta);
+    let path = dir.join("m.json");
+    write_json(&path, &model);
+    write_json(&dir.join("m.meta.json"), &meta);
+    path
+}
+
+/// A named edit of a JSON document and the text the error must contain.
+type Case = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
+
+fn tree0(model: &mut Value) -> &mut Value {
+    &mut model["learner"]["gradient_booster"]["model"]["trees"][0]
+}
+
+fn format_error(result: Result<Model, ModelError>) -> (PathBuf, FormatError) {
+    match result {
+        Err(ModelError::Format { path, source }) => (path, source),
+        other => panic!("expected a format error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_model_file_is_a_read_error_naming_the_file() {
+    let dir = scratch("missing-model");
+    let err = Model::load(dir.join("nope.json")).unwrap_err();
+    assert!(matches!(err, ModelError::Read { .. }), "{err:?}");
+    assert!(err.to_string().contains("nope.json"), "{err}");
+}
+
+#[test]
+fn a_missing_sidecar_is_a_read_error_naming_the_sidecar() {
+    let dir = scratch("missing-sidecar");
+    std::fs::copy(vectors_dir().join("a_xgb_binary.json"), dir.join("m.json")).unwrap();
+    let err = Model::load(dir.join("m.json")).unwrap_err();
+    assert!(matches!(err, ModelError::Read { .. }), "{err:?}");
+    assert_eq!(err.path(), dir.join("m.meta.json"));
+}
+
+#[test]
+fn a_truncated_model_names_file_line_and_column() {
+    let dir = scratch("truncated");
+    let bytes = std::fs::read(vectors_dir().join("a_xgb_binary.json")).unwrap();
+    std::fs::write(dir.join("m.json"), &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::copy(vectors_dir().join("a_xgb_binary.meta.json"), dir.join("m.meta.json")).unwrap();
+    let err = Model::load(dir.join("m.json")).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("m.json") && text.contains("line 1 column"), "{text}");
+}
+
+#[test]
+fn binary_ubjson_models_are_refused_with_advice() {
+    let err = ParsedModel::from_slice(b"\x7b\x4c\x00").unwrap_err();
+    assert!(matches!(err, FormatError::Json(_)), "{err:?}");
+    let err = ParsedModel::from_slice(&[0x5b, 0x24, 0x55]).unwrap_err();
+    assert!(err.to_string().contains("UBJSON"), "{err}");
+}
+
+#[test]
+fn categorical_splits_are_refused_naming_tree_and_node() {
+    let dir = scratch("categorical");
+    let path = copy_set(&dir, "a_xgb_binary", |m| tree0(m)["split_type"][0] = json!(1), |_| {});
+    let (_, err) = format_error(Model::load(path));
+    assert!(matches!(err, FormatError::Unsupported(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("categorical split at learner.gradient_booster.model.trees[0] node 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn categorical_feature_types_are_refused() {
+    let dir = scratch("categorical-type");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |m| m["learner"]["feature_types"] = json!(["q", "c", "q", "q", "q", "q", "q"]),
+        |_| {},
+    );
+    let (_, err) = format_error(Model::load(path));
+    assert!(err.to_string().contains("categorical feature \"rtt_avg_ms\""), "{err}");
+}
+
+#[test]
+fn unknown_objectives_and_boosters_are_unsupported() {
+    let dir = scratch("objective");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |m| m["learner"]["objective"]["name"] = json!("rank:pairwise"),
+        |_| {},
+    );
+    let (_, err) = format_error(Model::load(path));
+    assert!(err.to_string().contains("objective \"rank:pairwise\""), "{err}");
+
+    let dir = scratch("booster");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |m| m["learner"]["gradient_booster"]["name"] = json!("gblinear"),
+        |_| {},
+    );
+    let (_, err) = format_error(Model::load(path));
+    assert!(err.to_string().contains("booster \"gblinear\""), "{err}");
+}
+
+#[test]
+fn broken_tree_structure_is_invalid_naming_the_array() {
+    let cases: [Case; 5] = [
+        (
+            "child-range",
+            Box::new(|m| tree0(m)["left_children"][0] = json!(100_000)),
+            "left_children[0]",
+        ),
+        (
+            "cycle",
+            Box::new(|m| tree0(m)["right_children"][0] = json!(1)),
+            "reached twice",
+        ),
+        (
+            "feature",
+            Box::new(|m| tree0(m)["split_indices"][0] = json!(7)),
+            "split_indices[0]: feature 7 of 7",
+        ),
+        (
+            "length",
+            Box::new(|m| tree0(m)["default_left"] = json!([0, 1])),
+            "default_left: 2 entries",
+        ),
+        (
+            "neg-inf",
+            Box::new(|m| tree0(m)["split_conditions"][0] = json!(-1e39)),
+            "threshold is -inf",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = scratch(name);
+        let path = copy_set(&dir, "a_xgb_binary", edit, |_| {});
+        let (file, err) = format_error(Model::load(path));
+        assert!(file.ends_with("m.json"));
+        assert!(err.to_string().contains(want), "{name}: {err}");
+        assert!(err.to_string().contains("trees[0]"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn sidecar_must_agree_with_the_model() {
+    let dir = scratch("mismatch-objective");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |_| {},
+        |m| m["objective"] = json!("reg:squarederror"),
+    );
+    let err = Model::load(path).unwrap_err();
+    assert!(matches!(err, ModelError::Mismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains("objective"), "{err}");
+
+    let dir = scratch("mismatch-names");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |_| {},
+        |m| m["features"][1]["name"] = json!("rtt_ms"),
+    );
+    let err = Model::load(path).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("feature 1: sidecar says \"rtt_ms\", model file says \"rtt_avg_ms\""),
+        "{err}"
+    );
+
+    let dir = scratch("mismatch-labels");
+    let path = copy_set(
+        &dir,
+        "a_xgb_binary",
+        |_| {},
+        |m| m["class_labels"] = json!(["tcp", "quic", "race"]),
+    );
+    let err = Model::load(path).unwrap_err();
+    assert!(
+        err.to_string().contains("3 class labels for a model with 2 classes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sidecar_fields_are_checked() {
+    let cases: [Case; 5] = [
+        (
+            "unknown",
+            Box::new(|m| m["normalization"] = json!({})),
+            "unknown field `normalization`",
+        ),
+        (
+            "std",
+            Box::new(|m| m["features"][0] = json!({"name": "retran_rate", "mean": 1.0, "std": 0.0})),
+            "std",
+        ),
+        (
+            "half",
+            Box::new(|m| m["features"][0] = json!({"name": "retran_rate", "mean": 1.0})),
+            "both mean and std",
+        ),
+        (
+            "digest",
+            Box::new(|m| m["training_data"]["sha256"] = json!("abc")),
+            "training_data.sha256",
+        ),
+        (
+            "version",
+            Box::new(|m| m["format_version"] = json!(2)),
+            "format_version 2",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = scratch(&format!("sidecar-{name}"));
+        let path = copy_set(&dir, "a_xgb_binary", |_| {}, edit);
+        let (file, err) = format_error(Model::load(path));
+        assert!(file.ends_with("m.meta.json"), "{name}: {file:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+}
+
+#[test]
+fn base_score_is_read_in_every_spelling_xgboost_used() {
+    let base = read_json(&vectors_dir().join("a_xgb_binary.json"));
+    let row = [0.01f32, 80.0, 5.0, 150.0, 160.0, 1.1, 3.0];
+    let mut want = None;
+    for spelling in [json!("[5E-1]"), json!("5E-1"), json!(0.5), json!("[0.5]")] {
+        let mut doc = base.clone();
+        doc["learner"]["learner_model_param"]["base_score"] = spelling.clone();
+        let ensemble = TreeEnsemble::from_json_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+        let mut margin = [0f32];
+        ensemble.predict_margin(&row, &mut margin).unwrap();
+        assert_eq!(*want.get_or_insert(margin[0]), margin[0], "{spelling}");
+    }
+    // For binary:logistic the base score is a probability: 0.5 is a margin of 0.
+    let mut doc = base.clone();
+    doc["learner"]["learner_model_param"]["base_score"] = json!("[5E-1]");
+    let parsed = ParsedModel::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    assert_eq!(parsed.objective, Objective::BinaryLogistic);
+    assert_eq!(parsed.base_margin, [0.0]);
+}
+
+#[test]
+fn old_boolean_default_left_arrays_are_read() {
+    let mut doc = read_json(&vectors_dir().join("b_xgb_missing.json"));
+    let ints = ParsedModel::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    for tree in doc["learner"]["gradient_booster"]["model"]["trees"]
+        .as_array_mut()
+        .unwrap()
+    {
+        let bools: Vec<bool> = tree["default_left"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64() == Some(1))
+            .collect();
+        tree["default_left"] = json!(bools);
+    }
+    let bools = ParsedModel::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    let row = [f32::NAN; 7];
+    assert_eq!(ints.predict_naive(&row), bools.predict_naive(&row));
+}
+
+#[test]
+fn rows_of_the_wrong_shape_are_refused() {
+    let model = Model::load(vectors_dir().join("a_xgb_binary.json")).unwrap();
+    let other = Model::load(vectors_dir().join("d_xgb_regression.json")).unwrap();
+    let mut out = [0f32];
+    let foreign = other.empty_row();
+    assert_eq!(model.predict(&foreign, &mut out), Err(EvalError::ForeignRow));
+    let row = model.empty_row();
+    assert_eq!(
+        model.predict(&row, &mut [0f32; 2]),
+        Err(EvalError::OutputLength { expected: 1, got: 2 })
+    );
+    assert_eq!(
+        model.ensemble().predict(&[0.0; 3], &mut out),
+        Err(EvalError::RowLength { expected: 7, got: 3 })
+    );
+    assert!(matches!(
+        model.row_from_values(&[1.0]),
+        Err(EvalError::RowLength { expected: 7, got: 1 })
+    ));
+}
+
+#[test]
+fn rows_are_built_by_name_with_missing_names_as_nan_and_unknown_names_ignored() {
+    let model = Model::load(vectors_dir().join("d_xgb_regression.json")).unwrap();
+    let row = model.row([("ttfb_ms", 200.0), ("not_a_feature", 1.0)]);
+    let i = model.feature_index("ttfb_ms").unwrap();
+    let spec = &model.meta().features[i];
+    let (mean, std) = (spec.mean.unwrap(), spec.std.unwrap());
+    for (j, v) in row.values().iter().enumerate() {
+        if j == i {
+            assert_eq!(*v, ((200.0 - mean) / std) as f32, "standardised as the sidecar says");
+        } else {
+            assert!(v.is_nan(), "feature {j} was not given");
+        }
+    }
+    let mut by_set = model.empty_row();
+    assert!(model.set(&mut by_set, "ttfb_ms", 200.0));
+    assert!(!model.set(&mut by_set, "nope", 1.0));
+    let bits = |r: &gearbox_policy::FeatureRow| r.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&by_set), bits(&row));
+    let map: std::collections::HashMap<String, f64> = [("ttfb_ms".to_string(), 200.0)].into();
+    assert_eq!(bits(&model.row(&map)), bits(&row));
+}
+
+/// Collects everything tracing writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[test]
+fn a_gear_without_its_model_warns_once_and_uses_its_static_default() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let dir = scratch("fallback");
+    tracing::subscriber::with_default(subscriber, || {
+        let gear = ModelOrFallback::load("transport", dir.join("wisetrans.json"));
+        assert!(gear.model().is_none());
+        assert!(matches!(gear.error(), Some(ModelError::Read { .. })));
+        let row = Model::load(vectors_dir().join("a_xgb_binary.json"))
+            .unwrap()
+            .empty_row();
+        for _ in 0..5 {
+            assert!(gear.predict(&row, &mut [0f32]).is_none());
+        }
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("model unavailable; using the static default").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("WARN") && text.contains("transport") && text.contains("wisetrans.json"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_loaded_gear_predicts_and_warns_once_on_a_bad_row() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let gear = ModelOrFallback::load("transport", vectors_dir().join("a_xgb_binary.json"));
+        let model = gear.model().expect("shipped model loads");
+        let row = model.row([("retran_rate", 0.08), ("rtt_avg_ms", 150.0)]);
+        let mut p = [0f32];
+        let p = gear.predict(&row, &mut p).expect("prediction").to_vec();
+        assert!(p[0] > 0.0 && p[0] < 1.0);
+        let foreign = Model::load(vectors_dir().join("d_xgb_regression.json"))
+            .unwrap()
+            .empty_row();
+        for _ in 0..3 {
+            assert!(gear.predict(&foreign, &mut [0f32]).is_none());
+        }
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("model evaluation refused").count(), 1, "{text}");
+}
+
+#[test]
+fn training_data_digest_is_sha256_of_the_file() {
+    let dir = scratch("digest");
+    let data = dir.join("train.csv");
+    std::fs::write(&data, "abc").unwrap();
+    assert_eq!(
+        sha256_file(&data).unwrap(),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    let mut meta = ModelMeta::load(vectors_dir().join("a_xgb_binary.meta.json")).unwrap();
+    meta.training_data.sha256 = sha256_file(&data).unwrap();
+    meta.verify_training_data(&data).unwrap();
+    std::fs::write(&data, "abd").unwrap();
+    let err = meta.verify_training_data(&data).unwrap_err();
+    assert!(matches!(err, ModelError::DigestMismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains("train.csv"), "{err}");
+}
+
+#[test]
+fn sidecar_path_replaces_the_json_extension() {
+    assert_eq!(
+        ModelMeta::path_for("/m/wisetrans.json"),
+        Path::new("/m/wisetrans.meta.json")
+    );
+    assert_eq!(ModelMeta::path_for("model"), Path::new("model.meta.json"));
+}

@@ -1,0 +1,226 @@
+//! Agreement with the Python libraries on shipped test vectors.
+//!
+//! `python/gearbox/models/make_test_vectors.py` trained each model with a fixed
+//! seed and recorded XGBoost's / scikit-learn's own predictions for 200 rows
+//! (40 of them sitting exactly on, or one float32 step below, a split value).
+//! Rows are fed by feature name through the sidecar, as a gear would.
+
+use std::path::{Path, PathBuf};
+
+use gearbox_policy::{Model, Objective};
+use serde_json::Value;
+
+/// Probabilities must agree to this absolute difference.
+const PROBA_TOL: f32 = 1e-5;
+/// Margins and regression values: this much relative to max(1, |expected|).
+const MARGIN_REL_TOL: f32 = 1e-5;
+
+fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+}
+
+struct Cases {
+    features: Vec<String>,
+    rows: Vec<Vec<Option<f64>>>,
+    outputs: Value,
+}
+
+fn read_cases(set: &str) -> Cases {
+    let path = vectors_dir().join(format!("{set}.cases.json"));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).expect("cases file")).expect("cases JSON");
+    let features = doc["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .map(|v| v.as_str().unwrap().into())
+        .collect();
+    let rows = doc["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        // Inputs are float32 data: read them as the float32 the text denotes.
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().map(|x| x as f32 as f64))
+                .collect()
+        })
+        .collect();
+    Cases {
+        features,
+        rows,
+        outputs: doc,
+    }
+}
+
+fn expected(cases: &Cases, key: &str) -> Vec<Vec<f32>> {
+    cases.outputs[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in cases"))
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Largest difference over all rows and outputs, and where it is.
+#[derive(Debug, Default)]
+struct Worst {
+    abs: f32,
+    rel: f32,
+    row: usize,
+}
+
+fn compare(model: &Model, cases: &Cases, key: &str, margin: bool) -> Worst {
+    let want = expected(cases, key);
+    assert_eq!(want.len(), cases.rows.len());
+    let mut out = vec![0f32; model.num_outputs()];
+    let mut worst = Worst::default();
+    for (i, (row, want)) in cases.rows.iter().zip(&want).enumerate() {
+        // Missing values are simply not given: the row marks them NaN.
+        let named = cases
+            .features
+            .iter()
+            .zip(row)
+            .filter_map(|(name, v)| v.map(|v| (name.as_str(), v)));
+        let features = model.row(named);
+        if margin {
+            model.predict_margin(&features, &mut out).unwrap();
+        } else {
+            model.predict(&features, &mut out).unwrap();
+        }
+        assert_eq!(out.len(), want.len(), "row {i}: output count");
+        for (got, want) in out.iter().zip(want) {
+            let abs = (got - want).abs();
+            let rel = abs / want.abs().max(1.0);
+            if abs > worst.abs {
+                worst = Worst { abs, rel, row: i };
+            }
+            worst.rel = worst.rel.max(rel);
+        }
+    }
+    worst
+}
+
+fn check_set(set: &str, objective: &str, keys: &[(&str, bool)]) {
+    let model = Model::load(vectors_dir().join(format!("{set}.json"))).expect("model loads");
+    assert_eq!(model.objective().name(), objective);
+    let cases = read_cases(set);
+    assert_eq!(cases.rows.len(), 200);
+    assert_eq!(model.feature_names().collect::<Vec<_>>(), cases.features);
+    for &(key, margin) in keys {
+        let worst = compare(&model, &cases, key, margin);
+        println!(
+            "{set} {key}: max abs diff {:.3e} (row {}), max rel diff {:.3e}",
+            worst.abs, worst.row, worst.rel
+        );
+        let probabilities = !margin && model.objective() != Objective::SquaredError;
+        if probabilities {
+            assert!(worst.abs <= PROBA_TOL, "{set} {key}: {worst:?}");
+        } else {
+            assert!(worst.rel <= MARGIN_REL_TOL, "{set} {key}: {worst:?}");
+        }
+    }
+}
+
+#[test]
+fn xgboost_binary_logistic_matches_python() {
+    check_set(
+        "a_xgb_binary",
+        "binary:logistic",
+        &[("predict", false), ("output_margin", true)],
+    );
+}
+
+#[test]
+fn xgboost_with_missing_values_matches_python() {
+    check_set(
+        "b_xgb_missing",
+        "binary:logistic",
+        &[("predict", false), ("output_margin", true)],
+    );
+}
+
+#[test]
+fn xgboost_multiclass_softprob_matches_python() {
+    check_set(
+        "c_xgb_multiclass",
+        "multi:softprob",
+        &[("predict", false), ("output_margin", true)],
+    );
+}
+
+#[test]
+fn xgboost_regression_on_standardised_features_matches_python() {
+    check_set(
+        "d_xgb_regression",
+        "reg:squarederror",
+        &[("predict", false), ("output_margin", true)],
+    );
+}
+
+#[test]
+fn converted_random_forest_matches_sklearn_predict_proba() {
+    check_set("e_rf_forest", "gearbox:forest_proba", &[("predict_proba", false)]);
+}
+
+#[test]
+fn converted_decision_tree_matches_sklearn_predict_proba() {
+    check_set("f_dt_binary", "gearbox:forest_proba", &[("predict_proba", false)]);
+}
+
+#[test]
+fn xgboost_vector_leaf_trees_match_python() {
+    check_set(
+        "g_xgb_vector_leaf",
+        "multi:softprob",
+        &[("predict", false), ("output_margin", true)],
+    );
+}
+
+#[test]
+fn compact_evaluator_equals_reference_walk_on_every_vector() {
+    for set in [
+        "a_xgb_binary",
+        "b_xgb_missing",
+        "c_xgb_multiclass",
+        "d_xgb_regression",
+        "e_rf_forest",
+        "f_dt_binary",
+        "g_xgb_vector_leaf",
+    ] {
+        let path = vectors_dir().join(format!("{set}.json"));
+        let parsed = gearbox_policy::ParsedModel::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let model = Model::load(&path).unwrap();
+        let cases = read_cases(set);
+        let mut out = vec![0f32; model.num_outputs()];
+        for row in &cases.rows {
+            let features = model.row(
+                cases
+                    .features
+                    .iter()
+                    .zip(row)
+                    .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
+            );
+            model.predict(&features, &mut out).unwrap();
+            assert_eq!(out, parsed.predict_naive(features.values()), "{set}");
+        }
+    }
+}
+
+#[test]
+fn sidecars_record_labels_and_training_digest() {
+    let model = Model::load(vectors_dir().join("a_xgb_binary.json")).unwrap();
+    assert_eq!(model.class_labels(), ["tcp", "quic"]);
+    assert_eq!(model.meta().training_data.sha256.len(), 64);
+    assert_eq!(model.meta().training_data.rows, Some(600));
+    let forest = Model::load(vectors_dir().join("e_rf_forest.json")).unwrap();
+    assert_eq!(forest.num_outputs(), 3);
+    assert_eq!(forest.class_labels(), ["cubic", "bbr", "copa"]);
+}
