@@ -44,6 +44,7 @@ from gearbox.lab import scenario as sc
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PORT = 4433
 STATISTICS = ("mean", "median", "p90", "p99")
+MAX_PRINTED_CONDITIONS = 24
 
 # Types of the record fields (docs/telemetry.md); fields not listed are inferred, so a
 # field added to the records later still lands in the table.
@@ -819,6 +820,21 @@ def format_table(summary: dict[str, Any]) -> str:
             vals = {r["statistic"]: r["reduction"] for r in reds if r["policy"] == pol and r["baseline"] == base}
             body.append([pol, base, *(pct(vals.get(s)) for s in STATISTICS)])
         lines += _grid_text(head, body)
+    conds = list(dict.fromkeys((c["condition_id"], c["condition"]) for c in summary.get("by_condition", [])))
+    if len(conds) > 1:
+        shown = conds[:MAX_PRINTED_CONDITIONS]
+        lines += ["", "median / p90 RCT (ms) by condition"]
+        pols = [p["policy"] for p in summary["policies"]]
+        body = []
+        for cid, label in shown:
+            cells = [cid, label]
+            for pol in pols:
+                st = next(x for x in summary["by_condition"] if x["condition_id"] == cid and x["policy"] == pol)
+                cells.append(f"{ms(st['median_ms'])} / {ms(st['p90_ms'])}")
+            body.append(cells)
+        lines += _grid_text(["condition", "parameters", *pols], body)
+        if len(conds) > len(shown):
+            lines.append(f"... {len(conds) - len(shown)} more in by_condition.csv")
     if summary.get("by_phase"):
         lines += ["", "median / p90 RCT (ms) by phase of the schedule (requests by send time)"]
         spans = list(dict.fromkeys((p["start_s"], p["end_s"], p["phase"]) for p in summary["by_phase"]))
