@@ -1,6 +1,13 @@
-//! `gearbox demo`: the main job. An edge and a client on loopback; the same seeded
-//! workload replayed over HTTP/1.1, HTTP/2 and HTTP/3 in turn; request-completion-time
-//! statistics per protocol, with both ends' telemetry kept on disk.
+//! `gearbox demo`: the main job, in parts.
+//!
+//! 1. `loopback`: an edge and a client on loopback; the same seeded workload replayed
+//!    over HTTP/1.1, HTTP/2 and HTTP/3 in turn; request-completion-time statistics per
+//!    protocol, with both ends' telemetry kept on disk.
+//! 2. `lab` (root): the same over an emulated path whose conditions change during the
+//!    run (WiFi, then lossy cellular, then UDP throttled: `scenarios/demo.toml`),
+//!    with the per-policy table and an HTML report (`gearbox lab demo`).
+//! 3. `wisetrans` (root): the WiseTrans comparison on a changing emulated path — TCP-only,
+//!    QUIC-only, race, v1, v2 and Ideal (`gearbox lab wisetrans demo`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -13,9 +20,25 @@ use gearbox_workload::{Limit, WorkloadSpec};
 
 use crate::client_cmd::{replay_requests, runtime, telemetry_sink, Collect, Summary};
 
+/// Which parts of the demo run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// Every part; the emulated ones only where they can run (root, /dev/net/tun).
+    All,
+    /// Edge and client on loopback.
+    Loopback,
+    /// The lab demo over a changing emulated path.
+    Lab,
+    /// The WiseTrans comparison over a changing emulated path.
+    Wisetrans,
+}
+
 /// Arguments of `gearbox demo`.
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
+    /// Which part to run.
+    #[arg(long, value_enum, default_value_t = Part::All)]
+    pub part: Part,
     /// Workload replayed over each protocol (a built-in name or a TOML file).
     #[arg(long, default_value = "app")]
     pub workload: String,
@@ -33,8 +56,74 @@ pub struct DemoArgs {
     pub out: PathBuf,
 }
 
-/// Runs the demo and prints the per-protocol table.
+/// Why the emulated parts cannot run here, if they cannot.
+fn emulation_unavailable() -> Option<String> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        return Some("not root (the emulator creates network namespaces)".into());
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing".into());
+    }
+    None
+}
+
+/// Runs one part of the Python lab, inheriting the terminal.
+fn lab_part(title: &str, args: &[&str]) -> anyhow::Result<()> {
+    println!("\n== {title}: gearbox lab {}", args.join(" "));
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let (mut cmd, python) = crate::lab_cmd::python_lab(&args)?;
+    let status = cmd.status().map_err(|e| crate::lab_cmd::start_error(&python, &e))?;
+    if !status.success() {
+        bail!("gearbox lab {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Runs the parts of the demo that were asked for.
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    let part = a.part;
+    if matches!(part, Part::All | Part::Loopback) {
+        println!("== loopback: edge and client on 127.0.0.1");
+        loopback(&a)?;
+    }
+    if part == Part::Loopback {
+        return Ok(());
+    }
+    if let Some(why) = emulation_unavailable() {
+        if part == Part::All {
+            println!("\n(skipping the emulated parts: {why}; `gearbox demo --part loopback` is what runs here)");
+            return Ok(());
+        }
+        bail!("the {part:?} part needs the emulator: {why}");
+    }
+    let out = a.out.to_string_lossy().into_owned();
+    if matches!(part, Part::All | Part::Lab) {
+        let dir = format!("{out}/lab");
+        lab_part(
+            "changing emulated path (WiFi -> lossy cellular -> UDP throttled)",
+            &["demo", "--out", &dir],
+        )?;
+    }
+    if matches!(part, Part::All | Part::Wisetrans) {
+        let dir = format!("{out}/wisetrans");
+        lab_part(
+            "WiseTrans: TCP-only, QUIC-only, race, v1, v2, Ideal",
+            &["wisetrans", "demo", "--out", &dir],
+        )?;
+    }
+    Ok(())
+}
+
+/// The loopback part.
+fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
     if !(a.duration_s.is_finite() && a.duration_s > 0.0) {
         bail!("--duration-s must be positive, got {}", a.duration_s);
     }

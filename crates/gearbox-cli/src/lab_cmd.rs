@@ -51,8 +51,8 @@ fn repo_root(exe: &Path) -> Option<PathBuf> {
     root.join("python").join("gearbox").is_dir().then(|| root.to_path_buf())
 }
 
-/// Execs the Python lab; returns only on failure to start it.
-pub fn run(a: LabArgs) -> anyhow::Result<()> {
+/// The command that runs the Python lab with `args`, and the Python it uses.
+pub(crate) fn python_lab(args: &[String]) -> anyhow::Result<(Command, OsString)> {
     let exe = std::env::current_exe().ok();
     let repo = exe.as_deref().and_then(repo_root);
     let venv_python = repo.as_ref().map(|r| r.join(".venv").join("bin").join("python"));
@@ -64,7 +64,7 @@ pub fn run(a: LabArgs) -> anyhow::Result<()> {
         },
     };
     let mut cmd = Command::new(&python);
-    cmd.arg("-c").arg(BOOTSTRAP).args(&a.args);
+    cmd.arg("-c").arg(BOOTSTRAP).args(args);
     if std::env::var_os("GEARBOX_BIN").is_none() {
         if let Some(exe) = &exe {
             cmd.env("GEARBOX_BIN", exe);
@@ -77,10 +77,21 @@ pub fn run(a: LabArgs) -> anyhow::Result<()> {
         }
         cmd.env("PYTHONPATH", std::env::join_paths(paths)?);
     }
-    let err = cmd.exec();
-    anyhow::bail!(
+    Ok((cmd, python))
+}
+
+/// Why the lab's Python could not be started.
+pub(crate) fn start_error(python: &OsString, err: &std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!(
         "gearbox lab needs Python 3.11+ with the gearbox package, but `{}` could not be started ({err}): \
          run scripts/setup.sh, or set GEARBOX_PYTHON",
-        Path::new(&python).display()
+        Path::new(python).display()
     )
+}
+
+/// Execs the Python lab; returns only on failure to start it.
+pub fn run(a: LabArgs) -> anyhow::Result<()> {
+    let (mut cmd, python) = python_lab(&a.args)?;
+    let err = cmd.exec();
+    Err(start_error(&python, &err))
 }
