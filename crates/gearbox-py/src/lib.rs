@@ -626,6 +626,87 @@ fn make_cert(names: Vec<String>, cert_path: PathBuf, key_path: PathBuf) -> PyRes
     })
 }
 
+/// The WiseTrans Feature Extractor's features (crates/gearbox-gears, docs/wisetrans.md) of one
+/// protocol's run, exactly as the gear computes them, so the training data cannot drift from
+/// the deployed definitions. `records`: client records (dicts, JSON strings, or one JSONL
+/// string). They are observed in completion order (`time_unix_ms + rct_ms`; a failed record at
+/// `time_unix_ms`) and after each one the window of `protocol` ("tcp" or "quic") is read at
+/// that record's completion time. Returns one dict per record, in the given order: the seven
+/// features (NaN when missing), `requests`, `ok_requests` and `t_ms` (the completion time).
+#[pyfunction]
+#[pyo3(signature = (protocol, records, window_ms=10_000.0, max_requests=256))]
+fn wisetrans_features<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    records: &Bound<'py, PyAny>,
+    window_ms: f64,
+    max_requests: usize,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    use gearbox_gears::transport::{FeatureExtractor, Transport};
+    let transport = match protocol {
+        "tcp" => Transport::Tcp,
+        "quic" => Transport::Quic,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "protocol must be \"tcp\" or \"quic\", got {other:?}"
+            )))
+        }
+    };
+    if !(window_ms.is_finite() && window_ms > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "window_ms must be a positive number, got {window_ms}"
+        )));
+    }
+    let lines: Vec<String> = if let Ok(text) = records.extract::<String>() {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
+    } else {
+        let dumps = py.import("json")?.getattr("dumps")?;
+        let mut out = Vec::new();
+        for item in records.try_iter()? {
+            let item = item?;
+            out.push(match item.extract::<String>() {
+                Ok(s) => s,
+                Err(_) => dumps.call1((item,))?.extract()?,
+            });
+        }
+        out
+    };
+    let mut parsed = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let r: gearbox_client::ClientRecord = serde_json::from_str(line)
+            .map_err(|e| PyValueError::new_err(format!("record {i} is not a client record: {e}")))?;
+        let done_ms = r.time_unix_ms
+            + r.rct_ms
+                .filter(|v| v.is_finite() && *v >= 0.0 && r.error.is_none())
+                .unwrap_or(0.0);
+        parsed.push((done_ms, r));
+    }
+    let mut order: Vec<usize> = (0..parsed.len()).collect();
+    order.sort_by(|&a, &b| parsed[a].0.total_cmp(&parsed[b].0));
+    let t0_ms = parsed.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let base = std::time::Instant::now();
+    let mut fx = FeatureExtractor::new(Duration::from_secs_f64(window_ms / 1e3), max_requests);
+    let mut out: Vec<Option<Bound<'py, PyDict>>> = vec![None; parsed.len()];
+    for i in order {
+        let (done_ms, record) = &parsed[i];
+        let now = base + Duration::from_secs_f64(((done_ms - t0_ms) / 1e3).max(0.0));
+        fx.observe(record, now);
+        let f = fx.features(transport, now);
+        let d = PyDict::new(py);
+        for (name, value) in f.pairs() {
+            d.set_item(name, value)?;
+        }
+        d.set_item("requests", f.requests)?;
+        d.set_item("ok_requests", f.ok_requests)?;
+        d.set_item("t_ms", *done_ms)?;
+        out[i] = Some(d);
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -645,5 +726,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload_names, m)?)?;
     m.add_function(wrap_pyfunction!(generate_page, m)?)?;
     m.add_function(wrap_pyfunction!(make_cert, m)?)?;
+    m.add_function(wrap_pyfunction!(wisetrans_features, m)?)?;
     Ok(())
 }

@@ -5,6 +5,7 @@
     gearbox lab report OUT_DIR
     gearbox lab collect OUT_DIR
     gearbox lab demo [--out out/lab-demo]
+    gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
 
 The schema of scenario files and the layout of OUT_DIR are in docs/lab.md.
 """
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--scenario", type=Path, help="another scenario instead of scenarios/demo.toml")
     d.add_argument("--jobs", type=int, default=1)
     d.add_argument("--no-progress", action="store_true")
+
+    sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
     return p
 
 
@@ -113,6 +116,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["wisetrans"]:  # the WiseTrans pipelines parse their own arguments
+        from gearbox.wisetrans.__main__ import main as wisetrans_main
+
+        return wisetrans_main(raw[1:])
     args = _parser().parse_args(argv)
     try:
         from gearbox.lab import runner

@@ -35,7 +35,9 @@ from typing import Any
 
 TOPOLOGIES = ("single", "multipath", "population")
 BUILTIN_WORKLOADS = ("feed", "app", "search", "bulk", "page")
-PROTOS = ("tcp", "h1", "quic")
+# "auto": the client's transport gear picks per request (`--gear MODE` in load_args,
+# docs/wisetrans.md).
+PROTOS = ("tcp", "h1", "quic", "auto")
 # gearbox_link::tracegen::Preset names (docs/traces.md); a test checks them against
 # `gearbox trace presets` when the binary is built.
 TRACE_PRESETS = ("3g-hsdpa", "4g-stationary", "4g-mobile", "5g-stationary", "5g-mobile", "wifi", "high-speed-rail")

@@ -1,0 +1,282 @@
+"""WiseTrans evaluation (seeds/000 §IV-C, §IV-D, §IV-E): modes on held-apart paths, against Ideal.
+
+    python -m gearbox.wisetrans evaluate           # run the eval scenarios (root), print and save the tables
+    python -m gearbox.wisetrans evaluate --no-run  # recompute from out/wisetrans/eval
+    python -m gearbox.wisetrans demo               # the short version: one changing path, <= 5 min
+
+Regions (the seed's two cities, §IV-C): `plain` (scenarios/wisetrans-eval.toml) and `udp`
+(scenarios/wisetrans-eval-udp.toml, whose access network rate-limits UDP part of the time,
+§II-B). Generalisation (§IV-D, Fig. 11): `bbr` (scenarios/wisetrans-eval-bbr.toml), the edge's
+QUIC on BBR instead of the CUBIC the models were trained with, no retraining.
+
+Per mode: mean, median, std and p99 of request cost (RCT; a failed request costs 10 000 ms,
+as in the label, so a mode cannot look fast by failing), reductions `1 - mode / baseline`
+against TCP-only and QUIC-only, and the gap to Ideal. **Ideal** (§IV-C: "the shorter
+average completion time between TCP and QUIC ... for each network condition"): on the
+identical TCP-only and QUIC-only replays, per 10 s window of send time the protocol with the
+lower summed cost, each request taking that protocol's RCT (dataset.ideal_choice). Deep dive
+(§IV-E, Figs. 12b, 16, Table IV) from the decision strings (docs/wisetrans.md): exploration
+frequency (requests in `phase=probe`), switching frequency (changes of `choice` between
+consecutive non-probe decisions), share of switches followed by a lower mean cost in the 10 s
+after than in the 10 s before (Fig. 16), rollback rate (rollbacks / switches).
+Fig. 1: lambda = mean RCT_TCP / mean RCT_QUIC per training condition (bandwidth x loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gearbox.wisetrans import dataset as ds
+
+REPO_ROOT = ds.REPO_ROOT
+
+
+@dataclass
+class Args:
+    regions: dict[str, str] = field(
+        default_factory=lambda: {
+            "plain": "scenarios/wisetrans-eval.toml",
+            "udp": "scenarios/wisetrans-eval-udp.toml",
+            "bbr": "scenarios/wisetrans-eval-bbr.toml",
+        }
+    )
+    out: str = "out/wisetrans/eval"  # lab result folders, one per region
+    results: str = "data/wisetrans/eval.json"  # the numbers docs/wisetrans.md quotes
+    dataset_grid: str = "out/wisetrans/dataset/grid"  # Fig. 1's lambda from the training grid
+    window_ms: float = 10_000.0  # Ideal's window and Fig. 16's before/after span (§IV-E4: 10 s)
+    failed_cost_ms: float = 10_000.0  # as in the label (docs/wisetrans.md)
+    run: bool = True
+
+
+MODES = ("tcp", "quic", "race", "strawman", "wisetrans-v1", "wisetrans-v2")
+
+
+def stats(costs: list[float]) -> dict[str, float | int | None]:
+    if not costs:
+        return {"requests": 0, "mean": None, "median": None, "std": None, "p99": None}
+    x = np.asarray(costs, dtype=float)
+    return {
+        "requests": int(x.size),
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "std": float(x.std()),
+        "p99": float(np.percentile(x, 99)),
+    }
+
+
+def parse_decision(s: str | None) -> dict[str, str]:
+    """`mode;phase=..;score=..;choice=..;why=..[;k=v]*` -> dict (docs/wisetrans.md)."""
+    if not s:
+        return {}
+    parts = s.split(";")
+    out = {"mode": parts[0]}
+    for p in parts[1:]:
+        k, _, v = p.partition("=")
+        out[k] = v
+    return out
+
+
+def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: float) -> dict[str, Any]:
+    """Exploration, switching, switches that helped, rollbacks of one run's records."""
+    recs = sorted(records, key=lambda r: r["time_unix_ms"])
+    dec = [parse_decision(r.get("decision")) for r in recs]
+    n = len(recs)
+    probes = sum(1 for d in dec if d.get("phase") == "probe")
+    rollbacks = sum(1 for d in dec if "rollback" in d)
+    switches_at = []
+    prev = None
+    for r, d in zip(recs, dec, strict=True):
+        if d.get("phase") == "probe" or "choice" not in d:
+            continue
+        if prev is not None and d["choice"] != prev:
+            switches_at.append(float(r["time_unix_ms"]))
+        prev = d["choice"]
+    helped = 0
+    for t in switches_at:
+        before = [ds.request_cost_ms(r, failed_cost_ms) for r in recs if t - window_ms <= r["time_unix_ms"] < t]
+        after = [ds.request_cost_ms(r, failed_cost_ms) for r in recs if t <= r["time_unix_ms"] < t + window_ms]
+        if before and after and np.mean(after) < np.mean(before):
+            helped += 1
+    quic = sum(1 for r in recs if r.get("protocol") == "h3")
+    return {
+        "requests": n,
+        "quic_share": quic / n if n else None,
+        "exploration_freq": probes / n if n else None,
+        "switches": len(switches_at),
+        "switching_freq": len(switches_at) / max(1, n - 1),
+        "switches_helped": helped / len(switches_at) if switches_at else None,
+        "rollbacks": rollbacks,
+        "rollback_rate": rollbacks / len(switches_at) if switches_at else None,
+    }
+
+
+def runs_by_policy(lab_out: Path) -> dict[tuple[str, int], dict[str, Path]]:
+    """(condition, repetition) -> policy -> run folder."""
+    out: dict[tuple[str, int], dict[str, Path]] = {}
+    for r in json.loads((lab_out / "runs.json").read_text()):
+        out.setdefault((r["condition_id"], r["repetition"]), {})[r["policy"]] = Path(r["dir"])
+    return out
+
+
+def region_table(lab_out: Path, a: Args) -> dict[str, Any]:
+    """Per mode and Ideal: stats, reductions, gap to Ideal, deep dive; pooled over conditions."""
+    costs: dict[str, list[float]] = {}
+    dives: dict[str, list[dict[str, Any]]] = {}
+    for _, runs in sorted(runs_by_policy(lab_out).items()):
+        recs = {policy: ds.client_records(d) for policy, d in runs.items()}
+        for policy, rs in recs.items():
+            costs.setdefault(policy, []).extend(ds.request_cost_ms(r, a.failed_cost_ms) for r in rs)
+            if policy not in ("tcp", "quic"):
+                dives.setdefault(policy, []).append(deep_dive(rs, a.window_ms, a.failed_cost_ms))
+        if "tcp" in recs and "quic" in recs:
+            ideal = ds.ideal_choice(recs["tcp"], recs["quic"], a.window_ms, a.failed_cost_ms)
+            costs.setdefault("ideal", []).extend(x["rct_ms"] for x in ideal)
+    table: dict[str, Any] = {}
+    for mode, c in costs.items():
+        table[mode] = stats(c)
+    for mode, row in table.items():
+        for base in ("tcp", "quic", "ideal"):
+            if base in table and base != mode:
+                for stat in ("mean", "median", "std", "p99"):
+                    b, v = table[base][stat], row[stat]
+                    row[f"vs_{base}_{stat}"] = (1 - v / b) if b and v is not None else None
+    for mode, ds_list in dives.items():
+        total = {k: 0.0 for k in ("requests", "switches", "rollbacks")}
+        probes = helped = 0.0
+        for d in ds_list:
+            total["requests"] += d["requests"]
+            total["switches"] += d["switches"]
+            total["rollbacks"] += d["rollbacks"]
+            probes += (d["exploration_freq"] or 0) * d["requests"]
+            helped += (d["switches_helped"] or 0) * d["switches"]
+        n, s = total["requests"], total["switches"]
+        table[mode]["deep_dive"] = {
+            "exploration_freq": probes / n if n else None,
+            "switches": int(s),
+            "switching_freq": s / n if n else None,
+            "switches_helped": helped / s if s else None,
+            "rollback_rate": total["rollbacks"] / s if s else None,
+            "quic_share": float(np.mean([d["quic_share"] or 0 for d in ds_list])),
+        }
+    return table
+
+
+def fig1_lambda(grid_out: Path, a: Args) -> list[dict[str, Any]]:
+    """lambda = mean RCT_TCP / mean RCT_QUIC per training condition (> 1: QUIC faster)."""
+    rows = []
+    if not (grid_out / "runs.json").exists():
+        return rows
+    for cond, tcp_dir, quic_dir in ds.paired_runs(grid_out):
+        t = [ds.request_cost_ms(r, a.failed_cost_ms) for r in ds.client_records(tcp_dir)]
+        q = [ds.request_cost_ms(r, a.failed_cost_ms) for r in ds.client_records(quic_dir)]
+        if t and q:
+            rows.append({**cond["values"], "lambda": float(np.mean(t) / np.mean(q))})
+    return rows
+
+
+def format_region(name: str, table: dict[str, Any]) -> str:
+    def ms(v: Any) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{v * 100:+.1f}%"
+
+    lines = [
+        f"region {name}: request cost (RCT; failed = 10 s), ms; reductions 1 - mode / baseline",
+        "| mode | requests | mean | median | std | p99 | mean vs TCP | mean vs QUIC | median vs TCP "
+        "| median vs QUIC | p99 vs TCP | gap to Ideal (mean) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = [m for m in (*MODES, "ideal") if m in table] + [m for m in table if m not in (*MODES, "ideal")]
+    for m in order:
+        r = table[m]
+        gap = None if m == "ideal" or r.get("vs_ideal_mean") is None else -r["vs_ideal_mean"]
+        lines.append(
+            f"| {m} | {r['requests']} | {ms(r['mean'])} | {ms(r['median'])} | {ms(r['std'])} | {ms(r['p99'])} | "
+            f"{pct(r.get('vs_tcp_mean'))} | {pct(r.get('vs_quic_mean'))} | {pct(r.get('vs_tcp_median'))} | "
+            f"{pct(r.get('vs_quic_median'))} | {pct(r.get('vs_tcp_p99'))} | {pct(gap)} |"
+        )
+    dd = [(m, table[m]["deep_dive"]) for m in order if "deep_dive" in table[m]]
+    if dd:
+        lines += [
+            "",
+            "| mode | QUIC share | exploration freq | switches | switching freq | switches that helped "
+            "| rollback rate |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for m, d in dd:
+            f = lambda v: "-" if v is None else f"{v * 100:.1f}%"  # noqa: E731
+            lines.append(
+                f"| {m} | {f(d['quic_share'])} | {f(d['exploration_freq'])} | {d['switches']} | "
+                f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} |"
+            )
+    return "\n".join(lines)
+
+
+def run_regions(a: Args, regions: dict[str, str]) -> None:
+    from gearbox.lab import runner
+    from gearbox.lab import scenario as sc
+
+    os.chdir(REPO_ROOT)  # the policies name models/wisetrans relative to the repository
+    for region, path in regions.items():
+        runner.run_scenario(sc.load(REPO_ROOT / path), REPO_ROOT / a.out / region, jobs=1, force=True, progress=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = Args()
+    p = argparse.ArgumentParser(prog="gearbox lab wisetrans evaluate", description=__doc__.split("\n")[0])
+    p.add_argument("--no-run", action="store_true", help="recompute from the runs already in --out")
+    p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr)")
+    p.add_argument("--out", default=a.out)
+    ns = p.parse_args(argv)
+    a.run, a.out = not ns.no_run, ns.out
+    regions = {k: v for k, v in a.regions.items() if not ns.region or k in ns.region}
+    if a.run:
+        run_regions(a, regions)
+    result: dict[str, Any] = {"regions": {}}
+    for region in a.regions:
+        folder = REPO_ROOT / a.out / region
+        if not (folder / "runs.json").exists():
+            continue
+        table = region_table(folder, a)
+        result["regions"][region] = table
+        print(format_region(region, table) + "\n")
+    result["fig1_lambda"] = fig1_lambda(REPO_ROOT / a.dataset_grid, a)
+    if result["fig1_lambda"]:
+        print("Fig. 1: lambda = mean RCT_TCP / mean RCT_QUIC (> 1: QUIC faster), training grid")
+        for r in result["fig1_lambda"]:
+            print("  " + ", ".join(f"{k}={v:g}" for k, v in r.items()))
+    path = REPO_ROOT / a.results
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {path}")
+    return 0
+
+
+def demo(argv: list[str] | None = None) -> int:
+    """The short version (<= 5 min): scenarios/wisetrans-demo.toml, then its table."""
+    p = argparse.ArgumentParser(prog="gearbox lab wisetrans demo")
+    p.add_argument("--out", default="out/wisetrans/demo")
+    p.add_argument("--scenario", default="scenarios/wisetrans-demo.toml")
+    ns = p.parse_args(argv)
+    a = Args()
+    from gearbox.lab import runner
+    from gearbox.lab import scenario as sc
+
+    os.chdir(REPO_ROOT)
+    out = REPO_ROOT / ns.out
+    runner.run_scenario(sc.load(REPO_ROOT / ns.scenario), out, jobs=1, force=True, progress=False)
+    print(format_region("demo", region_table(out, a)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""WiseTrans data, training and evaluation pipelines (python/gearbox/wisetrans): labels,
+features from the Rust extractor, exported models, Ideal, decision deep dive. No emulation."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from gearbox.wisetrans import dataset as ds
+from gearbox.wisetrans import evaluate as ev
+
+pytest.importorskip("pyarrow")
+
+
+def rec(
+    proto: str,
+    click: int,
+    url: str,
+    send_ms: float,
+    rct_ms: float | None,
+    *,
+    error: str | None = None,
+    ttfb_ms: float | None = None,
+    size: int = 10_000,
+    conn: int = 1,
+    rtt_ms: float = 40.0,
+    sent: int = 0,
+    lost: int = 0,
+    decision: str | None = None,
+) -> dict:
+    """A client record as `gearbox load` writes it (docs/telemetry.md)."""
+    return {
+        "side": "client",
+        "schema": 1,
+        "time_unix_ms": send_ms,
+        "conn_id": conn,
+        "server_addr": "10.0.0.1:4433",
+        "local_addr": "100.64.0.1:5000",
+        "protocol": proto,
+        "method": "GET",
+        "url": f"https://10.0.0.1:4433{url}",
+        "status": None if error else 200,
+        "bytes": 0 if error else size,
+        "rct_ms": None if error else rct_ms,
+        "ttfb_ms": None if error else (ttfb_ms if ttfb_ms is not None else (rct_ms or 0) / 2),
+        "new_connection": False,
+        "handshake_ms": None,
+        "transport": {
+            "cc": "cubic",
+            "rtt_ms": rtt_ms,
+            "min_rtt_ms": rtt_ms,
+            "rttvar_ms": 1.0,
+            "cwnd_bytes": 14600,
+            "sent_packets": sent,
+            "lost_packets": lost,
+            "congestion_events": None,
+            "unacked_bytes": 0,
+            "delivery_rate_bps": None,
+        },
+        "decision": decision,
+        "click": click,
+        "error": error,
+    }
+
+
+# Paired runs by hand: TCP and QUIC replay the same four requests (send times 0, 0, 5 s, 12 s).
+TCP_RUN = [
+    rec("h2", 0, "/a", 0, 100),
+    rec("h2", 0, "/b", 0, 300),
+    rec("h2", 1, "/a", 5000, 200),
+    rec("h2", 2, "/a", 12000, 1000),
+]
+QUIC_RUN = [
+    rec("h3", 0, "/a", 0, 150),
+    rec("h3", 0, "/b", 0, 200),
+    rec("h3", 1, "/a", 5000, 100),
+    rec("h3", 2, "/a", 12000, None, error="timeout"),
+    rec("h3", 3, "/z", 13000, 50),
+]
+
+
+def test_tcp_rows_are_labelled_switch_when_quic_served_the_same_window_faster() -> None:
+    rows = ds.label_rows(TCP_RUN, QUIC_RUN, "tcp")
+    # t=100 and t=300: {a, b}: TCP 400 vs QUIC 350 -> switch; t=5200: {a, b, 1/a}: 600 vs 450 -> switch;
+    # t=13000: window (3 s, 13 s] = {1/a, 2/a}: TCP 1200 vs QUIC 100 + 10 000 (failed) -> stay.
+    assert [r["label"] for r in rows] == [1, 1, 1, 0]
+    assert [(r["cost_self_ms"], r["cost_other_ms"]) for r in rows] == [
+        (400, 350),
+        (400, 350),
+        (600, 450),
+        (1200, 10100),
+    ]
+    assert [r["window_requests"] for r in rows] == [2, 2, 3, 2]
+
+
+def test_quic_rows_use_the_quic_runs_completion_times_and_ignore_unmatched_requests() -> None:
+    rows = ds.label_rows(QUIC_RUN, TCP_RUN, "quic")
+    # Completions 150, 200, 5100, 12000 (failed: its send time), 13050 (3//z exists only in QUIC).
+    assert [r["label"] for r in rows] == [0, 0, 0, 1, 1]
+    assert rows[3]["cost_self_ms"] == 10_100 and rows[3]["cost_other_ms"] == 1200
+    assert rows[4]["window_requests"] == 2  # 1/a and 2/a; 3//z has no TCP twin
+
+
+def test_repeated_click_and_url_pairs_match_by_occurrence() -> None:
+    p = [rec("h2", 0, "/a", 0, 100), rec("h2", 0, "/a", 10, 500)]
+    q = [rec("h3", 0, "/a", 10, 50), rec("h3", 0, "/a", 0, 400)]  # listed out of send order
+    assert ds.match_keys(q) == [(0, "https://10.0.0.1:4433/a", 1), (0, "https://10.0.0.1:4433/a", 0)]
+    ideal = ds.ideal_choice(p, q)
+    assert [(x["tcp_ms"], x["quic_ms"]) for x in ideal] == [(100, 400), (500, 50)]
+
+
+def test_ideal_takes_the_cheaper_protocol_per_ten_second_window() -> None:
+    tcp = [
+        rec("h2", 0, "/a", 0, 100),
+        rec("h2", 0, "/b", 1000, 100),
+        rec("h2", 1, "/a", 10_500, 900),
+        rec("h2", 1, "/b", 19_000, 900),
+    ]
+    quic = [
+        rec("h3", 0, "/a", 0, 150),
+        rec("h3", 0, "/b", 1000, 150),
+        rec("h3", 1, "/a", 10_500, 200),
+        rec("h3", 1, "/b", 19_000, 300),
+    ]
+    ideal = ds.ideal_choice(tcp, quic)
+    assert [(x["window"], x["choice"], x["rct_ms"]) for x in ideal] == [
+        (0, "tcp", 100),
+        (0, "tcp", 100),
+        (1, "quic", 200),
+        (1, "quic", 300),
+    ]
+
+
+NAN = float("nan")
+
+
+def _reference_features(records: list[dict], window_ms: float = 10_000.0) -> list[dict]:
+    """Table I as docs/wisetrans.md defines it, written plainly (per protocol window over the
+    records observed in completion order; per-connection counter deltas)."""
+    order = sorted(range(len(records)), key=lambda i: (ds.completion_ms(records[i]), i))
+    seen: list[tuple[float, dict, int, int]] = []
+    last: dict[int, tuple[int, int]] = {}
+    out: list[dict] = [{}] * len(records)
+    for i in order:
+        r, t = records[i], ds.completion_ms(records[i])
+        s, lo = r["transport"]["sent_packets"], r["transport"]["lost_packets"]
+        ps, pl = last.get(r["conn_id"], (0, 0))
+        d = (s - ps, lo - pl) if s >= ps and lo >= pl else (s, lo)
+        last[r["conn_id"]] = (s, lo)
+        seen.append((t, r, *d))
+        win = [x for x in seen if t - x[0] <= window_ms]
+        ok = [x for x in win if x[1]["error"] is None]
+        div = lambda a, b: a / b if b > 0 else NAN  # noqa: E731
+        ttfb_avg = div(sum(x[1]["ttfb_ms"] for x in ok), len(ok))
+        ttfb = ok[-1][1]["ttfb_ms"] if ok else NAN
+        out[i] = {
+            "retran_rate": div(sum(x[3] for x in win), sum(x[2] for x in win)),
+            "rtt_avg_ms": div(sum(x[1]["transport"]["rtt_ms"] for x in win), len(win)),
+            "resp_rec_goodput_mbps": div(
+                sum(x[1]["bytes"] * 8 for x in ok), sum(x[1]["rct_ms"] - x[1]["ttfb_ms"] for x in ok) * 1e3
+            ),
+            "ttfb_avg_ms": ttfb_avg,
+            "ttfb_ms": ttfb,
+            "ttfb_rate": div(ttfb, ttfb_avg),
+            "req_cmpl_goodput_mbps": div(sum(x[1]["bytes"] * 8 for x in ok), sum(x[1]["rct_ms"] for x in ok) * 1e3),
+        }
+    return out
+
+
+def test_python_features_are_the_rust_extractors_features() -> None:
+    native = pytest.importorskip("gearbox._native")
+    if not hasattr(native, "wisetrans_features"):
+        pytest.skip("gearbox._native predates wisetrans_features: run scripts/python-setup.sh")
+    rng = random.Random(7)
+    records, counters = [], {1: [0, 0], 2: [0, 0]}
+    for k in range(60):
+        conn = 1 if k < 35 else 2  # a second connection: its counters start again
+        counters[conn][0] += rng.randint(5, 40)
+        counters[conn][1] += rng.randint(0, 2)
+        rct = rng.uniform(20, 2000)
+        failed = k % 13 == 5
+        records.append(
+            rec(
+                "h3",
+                k // 5,
+                f"/{k}",
+                k * 400.0 + rng.uniform(0, 50),
+                rct,
+                error="reset" if failed else None,
+                ttfb_ms=rct * rng.uniform(0.2, 0.9),
+                size=rng.randint(500, 50_000),
+                conn=conn,
+                rtt_ms=rng.uniform(20, 200),
+                sent=counters[conn][0],
+                lost=counters[conn][1],
+            )
+        )
+    rng.shuffle(records)
+    got = native.wisetrans_features("quic", records)
+    want = _reference_features(records)
+    assert len(got) == len(records)
+    for g, w in zip(got, want, strict=True):
+        for name in ds.FEATURES:
+            a, b = g[name], w[name]
+            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9, abs=1e-12), name
+    # One JSONL string gives the same as dicts.
+    again = native.wisetrans_features("quic", "\n".join(json.dumps(r) for r in records))
+    assert [x["ttfb_avg_ms"] for x in again] == [x["ttfb_avg_ms"] for x in got]
+    with pytest.raises(ValueError):
+        native.wisetrans_features("sctp", records)
+
+
+def test_train_exports_models_the_gear_can_load(tmp_path: Path) -> None:
+    pytest.importorskip("xgboost")
+    pytest.importorskip("sklearn")
+    import numpy as np
+    import xgboost
+
+    from gearbox.wisetrans import train
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for proto in ("tcp", "quic"):
+        for k in range(120):
+            f = {n: float(rng.uniform(0, 1)) for n in ds.FEATURES}
+            f["rtt_avg_ms"] *= 200
+            if k % 10 == 0:
+                f["ttfb_ms"] = float("nan")
+            rows.append(
+                {
+                    "part": "synthetic",
+                    "condition_id": f"c{k % 6:03d}",
+                    "condition": "x",
+                    "run": "r",
+                    **f,
+                    "protocol": proto,
+                    "t_ms": 0.0,
+                    "window_requests": 3,
+                    "cost_self_ms": 1.0,
+                    "cost_other_ms": 1.0,
+                    "label": int(f["retran_rate"] + 0.002 * f["rtt_avg_ms"] > 0.8),
+                }
+            )
+    data = tmp_path / "data.parquet"
+    ds.write_parquet(rows, data)
+    code = train.main(
+        ["--dataset", str(data), "--model-dir", str(tmp_path / "m"), "--results-dir", str(tmp_path / "r"), "--quick"]
+    )
+    assert code == 0
+    for proto, k in (("tcp", 7), ("quic", 5)):
+        model = json.loads((tmp_path / "m" / f"{proto}.json").read_text())
+        assert model["learner"]["objective"]["name"] == "binary:logistic"
+        meta = json.loads((tmp_path / "m" / f"{proto}.meta.json").read_text())
+        assert meta["class_labels"] == ["stay", "switch"]
+        assert meta["objective"] == "binary:logistic"
+        assert len(meta["features"]) == k and {f["name"] for f in meta["features"]} <= set(ds.FEATURES)
+        assert meta["training_data"]["sha256"] == ds.sha256_of(data)
+        assert int(model["learner"]["learner_model_param"]["num_feature"]) == k
+        booster = xgboost.Booster(model_file=str(tmp_path / "m" / f"{proto}.json"))
+        p = booster.inplace_predict(np.full((1, k), np.nan))
+        assert 0.0 <= float(p[0]) <= 1.0
+    straw = json.loads((tmp_path / "m" / "strawman.json").read_text())
+    assert set(straw) == {"intercept", "rtt_ms", "btlbw_mbps", "loss_rate"}
+    table2 = (tmp_path / "r" / "table2.csv").read_text()
+    for name in ("SVM", "Decision Tree", "Random Forest", "XGBoost", "Neural network"):
+        assert name in table2
+
+
+def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
+    d = lambda phase, choice, extra="": f"wisetrans-v2;phase={phase};score=0.5;choice={choice};why=x{extra}"  # noqa: E731
+    run = [
+        rec("h2", 0, "/0", 0, 500, decision=d("exploit", "tcp")),
+        rec("h2", 0, "/1", 1000, 500, decision=d("probe", "tcp")),
+        rec("h3", 0, "/2", 2000, 100, decision=d("probe", "quic")),
+        rec("h3", 0, "/3", 3000, 100, decision=d("exploit", "quic")),  # switch, helped (500 -> 100)
+        rec("h2", 0, "/4", 4000, 300, decision=d("exploit", "tcp", ";rollback=1->2")),
+    ]  # switch back
+    dive = ev.deep_dive(run, 10_000.0, 10_000.0)
+    assert dive["exploration_freq"] == pytest.approx(2 / 5)
+    assert dive["switches"] == 2
+    assert dive["rollbacks"] == 1 and dive["rollback_rate"] == pytest.approx(0.5)
+    assert dive["quic_share"] == pytest.approx(2 / 5)
+    assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"
