@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench_cmd;
 mod cert_cmd;
 mod client_cmd;
 mod demo_cmd;
@@ -39,6 +40,8 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Run commands across an emulated network path (needs root).
     Emu(emu_cmd::EmuArgs),
+    /// Benchmarks (print figures; not tests).
+    Bench(bench_cmd::BenchArgs),
     /// Lab: scenarios, experiment runs across emulated paths, reports (`gearbox lab --help`).
     Lab(lab_cmd::LabArgs),
     /// Synthetic link traces for scenarios (used by the lab).
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Load(a) => client_cmd::run_load(a),
         Command::Demo(a) => demo_cmd::run(a),
         Command::Emu(a) => emu_cmd::run(a),
+        Command::Bench(a) => bench_cmd::run(a),
         Command::Lab(a) => lab_cmd::run(a),
         Command::Trace(a) => trace_cmd::run(a),
     };

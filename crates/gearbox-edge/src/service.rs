@@ -89,10 +89,36 @@ fn static_file(dir: &Path, path: &str) -> Option<PathBuf> {
     out.is_file().then_some(out)
 }
 
-async fn open_file(path: &Path) -> std::io::Result<(tokio::fs::File, u64)> {
-    let f = tokio::fs::File::open(path).await?;
-    let len = f.metadata().await?.len();
-    Ok((f, len))
+/// A static file, ready to send.
+enum Opened {
+    /// Small enough to have been read whole.
+    Whole(Bytes),
+    /// Streamed in [`FILE_CHUNK`] reads, with its length.
+    Stream(tokio::fs::File, u64),
+}
+
+/// Opens a file, and reads it whole when it fits in one read, all in one trip to
+/// tokio's blocking pool. Going through `tokio::fs` one step at a time (open, size,
+/// read) costs a pool trip each plus a chunk-sized buffer per response: measured with
+/// `gearbox bench edge`, a 1 KB file then took about four times the server CPU of a
+/// `/bytes/1024` answer and fell behind caddy (docs/benchmarks.md). Reading inline on
+/// the runtime thread, as nginx does, was tried and measured no better here, and would
+/// let a cold disk stall every connection on that thread.
+async fn open_file(path: &Path, head: bool) -> std::io::Result<Opened> {
+    use std::io::Read;
+    let path = path.to_path_buf();
+    let opened = tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::open(&path)?;
+        let len = f.metadata()?.len();
+        if head || len > FILE_CHUNK as u64 {
+            return Ok(Opened::Stream(tokio::fs::File::from_std(f), len));
+        }
+        let mut buf = Vec::with_capacity(len as usize);
+        f.read_to_end(&mut buf)?;
+        Ok(Opened::Whole(buf.into()))
+    })
+    .await;
+    opened.unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 fn content_type(path: &Path) -> &'static str {
@@ -216,8 +242,9 @@ impl Body for EdgeBody {
                 if *remaining == 0 {
                     None
                 } else {
-                    if buf.capacity() < FILE_CHUNK {
-                        buf.reserve(FILE_CHUNK);
+                    let want = FILE_CHUNK.min(usize::try_from(*remaining).unwrap_or(FILE_CHUNK));
+                    if buf.capacity() < want {
+                        buf.reserve(want);
                     }
                     match tokio_util::io::poll_read_buf(Pin::new(file), cx, buf) {
                         Poll::Pending => return Poll::Pending,
@@ -319,20 +346,26 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
             ),
             Err(e) => text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
         },
-        Route::File(file) => match open_file(&file).await {
-            Ok((f, len)) => {
-                let body = if head {
-                    EdgeBody::full(Bytes::new())
-                } else {
-                    let kind = BodyKind::File {
-                        file: f,
-                        remaining: len,
-                        buf: bytes::BytesMut::new(),
-                    };
-                    EdgeBody {
-                        kind,
-                        sent: 0,
-                        on_end: None,
+        Route::File(file) => match open_file(&file, head).await {
+            Ok(opened) => {
+                let (body, len) = match opened {
+                    Opened::Stream(_, len) if head => (EdgeBody::full(Bytes::new()), len),
+                    Opened::Stream(f, len) => {
+                        let kind = BodyKind::File {
+                            file: f,
+                            remaining: len,
+                            buf: bytes::BytesMut::new(),
+                        };
+                        let body = EdgeBody {
+                            kind,
+                            sent: 0,
+                            on_end: None,
+                        };
+                        (body, len)
+                    }
+                    Opened::Whole(b) => {
+                        let len = b.len() as u64;
+                        (EdgeBody::full(b), len)
                     }
                 };
                 let mut r = Response::new(body);
