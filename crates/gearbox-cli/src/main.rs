@@ -55,7 +55,10 @@ fn main() -> ExitCode {
         eprintln!("gearbox: --log {:?} is not a valid filter ({e}); using `warn`", cli.log);
         tracing_subscriber::EnvFilter::new("warn")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.command {
         Command::Edge(a) => edge_cmd::run(a),
         Command::Cert(a) => cert_cmd::run(a),
