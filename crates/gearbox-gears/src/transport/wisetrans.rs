@@ -433,6 +433,20 @@ mod tests {
 
     /// A finished request of the given transport and completion time, carrying the
     /// decision it was made with; `loss` sets the connection's lost/sent growth.
+    /// Runs one 3+3 exploration from `t0`: each probe request completes 10 ms after it was
+    /// chosen, in `tcp_rct_ms` or `quic_rct_ms` depending on the transport it was given.
+    fn explore(g: &mut WiseTrans, t0: Instant, tcp_rct_ms: f64, quic_rct_ms: f64) {
+        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let (t, rct) = if *p == TransportPref::Tcp {
+                (Transport::Tcp, tcp_rct_ms)
+            } else {
+                (Transport::Quic, quic_rct_ms)
+            };
+            g.observe(&done(t, rct, why, 10 + k as u64, (0, 0)), t0 + ms(10 + k as u64));
+        }
+    }
+
     fn done(t: Transport, rct: f64, decision: &str, conn: u64, counters: (u64, u64)) -> ClientRecord {
         let proto = match t {
             Transport::Tcp => Protocol::H2,
@@ -508,16 +522,7 @@ mod tests {
         let (mut g, _d) = gear(Version::V2, -2.0, 2.0, TransportConfig::default());
         let t0 = Instant::now();
         // First exploration (new origin); TCP wins it.
-        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
-        for (k, (p, why)) in slots.iter().enumerate() {
-            let t = if *p == TransportPref::Tcp {
-                Transport::Tcp
-            } else {
-                Transport::Quic
-            };
-            let rct = if t == Transport::Tcp { 50.0 } else { 90.0 };
-            g.observe(&done(t, rct, why, 10 + k as u64, (0, 0)), t0 + ms(10 + k as u64));
-        }
+        explore(&mut g, t0, 50.0, 90.0);
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
         // Exploitation on TCP with little loss: the score settles at 0.12 (history);
         // loss wobbling below the split moves nothing.
@@ -595,16 +600,7 @@ mod tests {
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let t0 = Instant::now();
         // Exploration: QUIC looks better.
-        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
-        for (k, (p, why)) in slots.iter().enumerate() {
-            let t = if *p == TransportPref::Tcp {
-                Transport::Tcp
-            } else {
-                Transport::Quic
-            };
-            let rct = if t == Transport::Tcp { 100.0 } else { 60.0 };
-            g.observe(&done(t, rct, why, 10 + k as u64, (0, 0)), t0 + ms(10 + k as u64));
-        }
+        explore(&mut g, t0, 100.0, 60.0);
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
         // After the switch QUIC turns out much slower (e.g. UDP rate-limited).
         let mut t = t0 + ms(100);
@@ -651,15 +647,7 @@ mod tests {
     fn a_new_local_address_starts_a_new_exploration() {
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let t0 = Instant::now();
-        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
-        for (k, (p, why)) in slots.iter().enumerate() {
-            let t = if *p == TransportPref::Tcp {
-                Transport::Tcp
-            } else {
-                Transport::Quic
-            };
-            g.observe(&done(t, 50.0, why, 10 + k as u64, (0, 0)), t0 + ms(10));
-        }
+        explore(&mut g, t0, 50.0, 50.0);
         let (_, why) = g.choose(ORIGIN, t0 + ms(20));
         assert!(!why.contains("phase=probe"), "{why}");
         let mut r = done(Transport::Tcp, 50.0, &why, 1, (0, 0));
