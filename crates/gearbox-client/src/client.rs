@@ -825,12 +825,21 @@ impl Client {
         let mut sender = conn.sender.clone();
         let before_response = async {
             let mut stream = sender.send_request(request).await?;
-            if !req.body.is_empty() {
-                stream.send_data(req.body.clone()).await?;
+            // A server may answer before it has read the whole request and then stop our
+            // sending side with H3_NO_ERROR (RFC 9114 §4.1; quic-go does this). That ends
+            // the upload, not the exchange: the response still decides.
+            let sent = match req.body.is_empty() {
+                true => Ok(()),
+                false => stream.send_data(req.body.clone()).await,
+            };
+            let finished = match sent {
+                Ok(()) => stream.finish().await,
+                Err(e) => Err(e),
+            };
+            match stream.recv_response().await {
+                Ok(response) => Ok::<_, h3::error::StreamError>((stream, response)),
+                Err(e) => Err(finished.err().unwrap_or(e)),
             }
-            stream.finish().await?;
-            let response = stream.recv_response().await?;
-            Ok::<_, h3::error::StreamError>((stream, response))
         };
         let (mut stream, response) = match before_response.await {
             Ok(x) => x,

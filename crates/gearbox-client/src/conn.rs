@@ -249,7 +249,7 @@ impl Pools {
         } else {
             IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
         });
-        let ep = quinn::Endpoint::client(SocketAddr::new(ip, 0))?;
+        let ep = gearbox_dataplane::transport::quic_endpoint(SocketAddr::new(ip, 0), None)?;
         eps.insert((local, v6), ep.clone());
         Ok(ep)
     }

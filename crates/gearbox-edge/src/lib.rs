@@ -180,9 +180,13 @@ impl Edge {
         };
         let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
         let default_choice = policy.quic(quic_addr, std::time::SystemTime::now());
-        let quic = quinn::Endpoint::server(
-            quic_server_config(&quic_crypto, &default_choice, config.idle_timeout_ms),
+        let quic = gearbox_dataplane::transport::quic_endpoint(
             quic_addr,
+            Some(quic_server_config(
+                &quic_crypto,
+                &default_choice,
+                config.idle_timeout_ms,
+            )),
         )
         .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
