@@ -221,7 +221,7 @@ def ideal_choice(
 def paired_runs(lab_out: Path) -> Iterable[tuple[dict[str, Any], Path, Path]]:
     """(condition, tcp run folder, quic run folder) of every condition and repetition of a lab
     result folder whose two static runs both left records."""
-    conds = {c["id"]: c for c in json.loads((lab_out / "conditions.json").read_text())}
+    conds = {c["condition_id"]: c for c in json.loads((lab_out / "conditions.json").read_text())}
     runs = json.loads((lab_out / "runs.json").read_text())
     by = {(r["condition_id"], r["repetition"], r["policy"]): r for r in runs}
     for (cid, rep, policy), r in sorted(by.items()):
@@ -236,7 +236,7 @@ def rows_of_lab(lab_out: Path, part: str, a: Args) -> list[dict[str, Any]]:
         rt, rq = client_records(tcp_dir), client_records(quic_dir)
         tags = {
             "part": part,
-            "condition_id": cond["id"],
+            "condition_id": cond["condition_id"],
             "condition": cond["label"],
             "run": tcp_dir.name.rsplit("-", 2)[0],
         }
