@@ -436,10 +436,12 @@ delay_ms = 1.0
     let rtts = udp_rtts(&emu, 10, Duration::from_millis(5));
     let meds: Vec<f64> = rtts.iter().map(|r| median(r)).collect();
     eprintln!("population median RTTs (ms) per host: {meds:.2?}");
-    // Prefix 0: 2 x (10 + 1) ms; prefix 1: 2 x (40 + 1) ms.
+    // Prefix 0: 2 x (10 + 1) ms; prefix 1: 2 x (40 + 1) ms. A round trip here crosses four
+    // links (prefix and shared access path, each way), each of which can release a packet a
+    // timer wake-up late, so the bound is 1 ms rather than the single-path test's 0.5 ms.
     for (host, want) in [(0, 22.0), (1, 22.0), (2, 82.0), (3, 82.0)] {
         assert!(
-            (meds[host] - want).abs() <= 0.5,
+            (meds[host] - want).abs() <= 1.0,
             "host {host}: {} ms, want {want}",
             meds[host]
         );
