@@ -271,7 +271,10 @@ def test_train_exports_models_the_gear_can_load(tmp_path: Path) -> None:
 
 
 def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
-    d = lambda phase, choice, extra="": f"wisetrans-v2;phase={phase};score=0.5;choice={choice};why=x{extra}"  # noqa: E731
+    def d(phase: str, choice: str, extra: str = "") -> str:
+        why = "probe-1of6" if phase == "probe" else "stay"
+        return f"wisetrans-v2;phase={phase};score=0.5;choice={choice};why={why}{extra}"
+
     run = [
         rec("h2", 0, "/0", 0, 500, decision=d("exploit", "tcp")),
         rec("h2", 0, "/1", 1000, 500, decision=d("probe", "tcp")),

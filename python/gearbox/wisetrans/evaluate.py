@@ -89,7 +89,9 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
     recs = sorted(records, key=lambda r: r["time_unix_ms"])
     dec = [parse_decision(r.get("decision")) for r in recs]
     n = len(recs)
-    probes = sum(1 for d in dec if d.get("phase") == "probe")
+    # Probe slots only: requests that wait for the slots' results (`probe-wait`) ride on the
+    # last selected protocol and are not experiments.
+    probes = sum(1 for d in dec if d.get("why", "").startswith("probe-") and d.get("why") != "probe-wait")
     rollbacks = sum(1 for d in dec if "rollback" in d)
     switches_at = []
     prev = None
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if result["fig1_lambda"]:
         print("Fig. 1: lambda = mean RCT_TCP / mean RCT_QUIC (> 1: QUIC faster), training grid")
         for r in result["fig1_lambda"]:
-            print("  " + ", ".join(f"{k}={v:g}" for k, v in r.items()))
+            print("  " + ", ".join(f"{k}={v:g}" for k, v in r.items() if v is not None))
     path = REPO_ROOT / a.results
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
