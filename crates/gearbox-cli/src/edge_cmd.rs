@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
 
 /// Arguments of `gearbox edge`. Each flag overrides the same field of `--config`.
 #[derive(clap::Args, Debug, Default)]
@@ -96,13 +96,7 @@ impl EdgeArgs {
 
 /// The static policy the flags describe.
 pub fn static_policy(c: &EdgeConfig) -> Arc<StaticPolicy> {
-    Arc::new(StaticPolicy {
-        quic: QuicChoice {
-            cc: c.cc,
-            initial_window_packets: c.initial_window,
-        },
-        tcp: c.tcp_cc,
-    })
+    Arc::new(StaticPolicy::from_config(c))
 }
 
 /// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.

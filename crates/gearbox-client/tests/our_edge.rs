@@ -6,9 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{bounded, Site};
-use gearbox_cc::QuicCc;
 use gearbox_client::{Bytes, Protocol, Request, TransportPref};
-use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol() {
@@ -19,13 +18,7 @@ async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol()
         key: site.path().join("key.pem"),
         ..EdgeConfig::default()
     };
-    let policy = StaticPolicy {
-        quic: QuicChoice {
-            cc: QuicCc::Cubic,
-            initial_window_packets: None,
-        },
-        tcp: None,
-    };
+    let policy = StaticPolicy::from_config(&config);
     let edge = Edge::bind(config, Arc::new(policy))
         .await
         .expect("edge binds on loopback");

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{bounded, Site};
-use gearbox_cc::QuicCc;
 use gearbox_client::{Protocol, Request, TransportPref};
-use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
 
 /// An edge on loopback; `quic_elsewhere` puts its QUIC listener on another port, so
 /// UDP sent to the TCP port reaches nothing (as when a network drops UDP).
@@ -30,13 +29,7 @@ async fn edge(
         key: site.path().join("key.pem"),
         ..EdgeConfig::default()
     };
-    let policy = StaticPolicy {
-        quic: QuicChoice {
-            cc: QuicCc::Cubic,
-            initial_window_packets: None,
-        },
-        tcp: None,
-    };
+    let policy = StaticPolicy::from_config(&config);
     let edge = Edge::bind(config, Arc::new(policy))
         .await
         .expect("edge binds on loopback");

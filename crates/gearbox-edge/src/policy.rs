@@ -36,6 +36,19 @@ pub struct StaticPolicy {
     pub tcp: Option<TcpCc>,
 }
 
+impl StaticPolicy {
+    /// The choice the configuration's `cc`, `initial_window` and `tcp_cc` describe.
+    pub fn from_config(config: &crate::EdgeConfig) -> Self {
+        StaticPolicy {
+            quic: QuicChoice {
+                cc: config.cc,
+                initial_window_packets: config.initial_window,
+            },
+            tcp: config.tcp_cc,
+        }
+    }
+}
+
 impl ConnectionPolicy for StaticPolicy {
     fn quic(&self, _client: SocketAddr, _now: SystemTime) -> QuicChoice {
         self.quic.clone()

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
 use serde_json::Value;
 
 /// Liveness bound on one browser run (not a performance check).
@@ -87,13 +87,7 @@ async fn start_edge() -> Running {
         telemetry: Some(dir.path().join("edge.jsonl")),
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy {
-        quic: QuicChoice {
-            cc: config.cc,
-            initial_window_packets: config.initial_window,
-        },
-        tcp: config.tcp_cc,
-    });
+    let policy = Arc::new(StaticPolicy::from_config(&config));
     let edge = Edge::bind(config, policy).await.expect("edge binds");
     let (port, quic_port) = (edge.tcp_addr().port(), edge.quic_addr().port());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_edge::{Edge, EdgeConfig, QuicChoice, StaticPolicy};
+use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -69,13 +69,7 @@ async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
         ..EdgeConfig::default()
     };
     tweak(&mut config);
-    let policy = Arc::new(StaticPolicy {
-        quic: QuicChoice {
-            cc: config.cc,
-            initial_window_packets: config.initial_window,
-        },
-        tcp: config.tcp_cc,
-    });
+    let policy = Arc::new(StaticPolicy::from_config(&config));
     let edge = Edge::bind(config, policy).await.expect("edge binds");
     let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -266,13 +260,7 @@ async fn a_port_in_use_is_reported_as_such() {
         key,
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy {
-        quic: QuicChoice {
-            cc: QuicCc::Cubic,
-            initial_window_packets: None,
-        },
-        tcp: None,
-    });
+    let policy = Arc::new(StaticPolicy::from_config(&config));
     let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
     assert!(err.contains("already in use"), "{err}");
 }
@@ -283,13 +271,7 @@ async fn a_missing_certificate_names_the_file() {
         cert: "/nonexistent/cert.pem".into(),
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy {
-        quic: QuicChoice {
-            cc: QuicCc::Cubic,
-            initial_window_packets: None,
-        },
-        tcp: None,
-    });
+    let policy = Arc::new(StaticPolicy::from_config(&config));
     let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
     assert!(err.contains("/nonexistent/cert.pem"), "{err}");
 }
