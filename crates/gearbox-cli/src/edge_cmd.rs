@@ -53,6 +53,13 @@ pub struct EdgeArgs {
     /// Do not send Alt-Svc for h3.
     #[arg(long)]
     pub no_alt_svc: bool,
+    /// Added processing time of every request served over TCP, ms (a deliberately changed
+    /// server, for generalisation experiments) [default: 0].
+    #[arg(long, value_name = "MS")]
+    pub tcp_processing_ms: Option<u64>,
+    /// Added processing time of every request served over QUIC, ms [default: 0].
+    #[arg(long, value_name = "MS")]
+    pub quic_processing_ms: Option<u64>,
 }
 
 impl EdgeArgs {
@@ -65,7 +72,8 @@ impl EdgeArgs {
         macro_rules! set {
             ($($f:ident => $g:ident),*) => {$( if let Some(v) = &self.$f { c.$g = v.clone().into(); } )*};
         }
-        set!(listen => listen, cert => cert, key => key, cc => cc, max_bytes => max_bytes);
+        set!(listen => listen, cert => cert, key => key, cc => cc, max_bytes => max_bytes,
+             tcp_processing_ms => tcp_processing_ms, quic_processing_ms => quic_processing_ms);
         if self.quic_listen.is_some() {
             c.quic_listen = self.quic_listen;
         }

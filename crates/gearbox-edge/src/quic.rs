@@ -234,6 +234,7 @@ async fn serve(
             chunk.advance(n);
         }
     }
+    crate::service::added_processing(conn.shared.config.quic_processing_ms).await;
     let resp = respond(&conn.shared, parts, RequestBody::Buffered(body.freeze())).await;
     let (mut head, mut payload) = resp.into_parts();
     // hyper sets Content-Length from an exact body size on HTTP/1.1 and HTTP/2; h3 leaves it to us.

@@ -305,6 +305,14 @@ fn text(status: StatusCode, msg: String) -> Response<EdgeBody> {
     r
 }
 
+/// Waits `ms` before a request is served: `tcp_processing_ms` / `quic_processing_ms`,
+/// a server made slower on one protocol (seeds/000 §IV-D, Fig. 11's changed implementation).
+pub async fn added_processing(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
 /// Serves one request. Never fails: every problem becomes an error response.
 pub async fn respond(shared: &Shared, parts: http::request::Parts, body: RequestBody) -> Response<EdgeBody> {
     let cfg = &shared.config;

@@ -183,6 +183,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
     let (parts, body) = req.into_parts();
     let method = parts.method.to_string();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    crate::service::added_processing(conn.shared.config.tcp_processing_ms).await;
     let mut resp = respond(&conn.shared, parts, RequestBody::Hyper(body)).await;
     if let Some(v) = &conn.shared.alt_svc {
         resp.headers_mut().insert(http::header::ALT_SVC, v.clone());

@@ -371,3 +371,39 @@ async fn shutdown_does_not_wait_for_an_idle_http3_client_to_time_out() {
         .unwrap();
     assert!(out.status.success(), "the client saw an orderly close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_processing_time_slows_only_the_protocol_it_is_set_for() {
+    // A server made slower on QUIC (seeds/000 §IV-D's changed implementation): the h3
+    // request takes the added 1.5 s at least, the h2 request far less. (The edge's
+    // `server_time_ms` starts at the first response byte, so the clients time it.)
+    let edge = start(|c| c.quic_processing_ms = 1500).await;
+    let out = edge.dir.path().join("body");
+    let t = std::time::Instant::now();
+    let (_, summary) = curl(&edge, "--http2", "/bytes/1000", &out).await;
+    let h2 = t.elapsed();
+    assert_eq!(summary, "2 200 1000");
+    let dl = edge.dir.path().join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let url = format!("https://127.0.0.1:{}/bytes/2000", edge.quic.port());
+    let t = std::time::Instant::now();
+    let o = run(Command::new(need("gtlsclient"))
+        .args(["-q", "--timeout=5s"])
+        .arg(format!("--download={}", dl.display()))
+        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
+    .await;
+    let h3 = t.elapsed();
+    assert!(
+        o.status.success(),
+        "gtlsclient failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::metadata(dl.join("2000")).expect("downloaded file").len(), 2000);
+    assert!(
+        h3.as_millis() >= 1500,
+        "h3 took {h3:?}, which must include the added 1.5 s"
+    );
+    assert!(h2.as_millis() < 1500, "h2 took {h2:?}: nothing is added to TCP");
+    let records = edge.stop().await;
+    assert_eq!(one(&records, "/bytes/2000")["protocol"], "h3");
+}
