@@ -74,6 +74,10 @@ pub struct GearArgs {
     /// strawman.json. Without it WiseTrans chooses TCP (and says so in each record).
     #[arg(long, value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
+    /// TOML file with the gear's settings (`TransportConfig`, docs/wisetrans.md), e.g.
+    /// `rollback = false`; fields it leaves out keep their defaults.
+    #[arg(long, value_name = "FILE")]
+    pub gear_config: Option<PathBuf>,
 }
 
 impl GearArgs {
@@ -88,9 +92,13 @@ impl GearArgs {
             (None, Some(_)) => TransportPref::Auto,
             (None, None) => TransportPref::Tcp,
         };
+        let config = match &self.gear_config {
+            Some(path) => TransportConfig::from_file(path)?,
+            None => TransportConfig::default(),
+        };
         let gear: Box<dyn TransportGear> = if transport == TransportPref::Auto {
             let mode = self.gear.unwrap_or(Mode::WiseTransV2);
-            transport_gear(mode, self.model_dir.as_deref(), TransportConfig::default())
+            transport_gear(mode, self.model_dir.as_deref(), config)
         } else {
             Box::new(StaticTransport::new(transport))
         };

@@ -254,6 +254,69 @@ impl Default for TransportConfig {
     }
 }
 
+/// A gear configuration file that cannot be used: the file's own error (which names
+/// the file, line, column and field), or a field whose value cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum GearConfigError {
+    /// Unreadable, not TOML, an unknown field or a wrong type.
+    #[error(transparent)]
+    File(#[from] gearbox_dataplane::toml_file::TomlFileError),
+    /// A value out of range.
+    #[error("{path}: invalid value for `{field}`: {message}")]
+    Invalid {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl TransportConfig {
+    /// Reads a TOML file with any of the fields (`gearbox load --gear-config`); missing
+    /// fields keep their defaults, unknown ones are refused.
+    pub fn from_file(path: &Path) -> Result<Self, GearConfigError> {
+        let c: TransportConfig = gearbox_dataplane::toml_file::read(path)?;
+        c.validate().map_err(|(field, message)| GearConfigError::Invalid {
+            path: path.into(),
+            field,
+            message: message.to_string(),
+        })?;
+        Ok(c)
+    }
+
+    /// The first field whose value cannot work, and why.
+    pub fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        let positive = [
+            ("window_ms", self.window_ms),
+            ("window_max_requests", self.window_max_requests as u64),
+            ("rollback_interval_ms", self.rollback_interval_ms),
+            ("explore_timeout_ms", self.explore_timeout_ms),
+            ("max_origins", self.max_origins as u64),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err((field, "must be at least 1"));
+        }
+        let unit = [
+            ("v1_switch_threshold", self.v1_switch_threshold),
+            ("explore_score_delta", self.explore_score_delta),
+        ];
+        if let Some((field, _)) = unit.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
+            return Err((field, "must be a probability, between 0 and 1"));
+        }
+        let non_negative = [
+            ("size_norm_bytes", self.size_norm_bytes),
+            ("failed_request_cost_ms", self.failed_request_cost_ms),
+            ("rollback_deterioration", self.rollback_deterioration),
+        ];
+        if let Some((field, _)) = non_negative.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
+            return Err((field, "must be a finite number, 0 or more"));
+        }
+        Ok(())
+    }
+}
+
 /// A request's cost as the Probe Agent and Rollback Checker compare it: completion
 /// time normalised for response size, `rct_ms / (1 + bytes / size_norm_bytes)`; a
 /// failed request (error, or no completion time) costs `failed_request_cost_ms`.
@@ -417,6 +480,31 @@ pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportCon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gear_config_file_sets_fields_keeps_defaults_and_names_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gear.toml");
+        std::fs::write(&path, "rollback = false\nwindow_ms = 5000\n").unwrap();
+        let c = TransportConfig::from_file(&path).unwrap();
+        assert!(!c.rollback);
+        assert_eq!(c.window_ms, 5000);
+        assert_eq!(c.min_dwell_ms, TransportConfig::default().min_dwell_ms);
+
+        std::fs::write(&path, "rollback = false\nrollbak_hold_ms = 1\n").unwrap();
+        let msg = TransportConfig::from_file(&path).unwrap_err().to_string();
+        assert!(
+            msg.contains("gear.toml:2:1") && msg.contains("rollbak_hold_ms"),
+            "{msg}"
+        );
+
+        std::fs::write(&path, "explore_score_delta = 3.0\n").unwrap();
+        let msg = TransportConfig::from_file(&path).unwrap_err().to_string();
+        assert!(
+            msg.contains("gear.toml") && msg.contains("explore_score_delta"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn modes_parse_from_their_names_and_nothing_else() {
