@@ -62,6 +62,9 @@ class Args:
             "scenarios/wisetrans-dataset-wsp.toml",
             "scenarios/wisetrans-dataset-traces.toml",
             "scenarios/wisetrans-dataset-policer.toml",
+            "scenarios/wisetrans-dataset-wsp2.toml",
+            "scenarios/wisetrans-dataset-udp.toml",
+            "scenarios/wisetrans-dataset-traces2.toml",
         ]
     )
     out: str = "out/wisetrans/dataset"  # lab result folders, one per scenario (by its name's last part)
@@ -69,6 +72,10 @@ class Args:
     window_ms: float = 10_000.0  # docs/wisetrans.md: the Feature Extractor's and the label's window
     failed_cost_ms: float = 10_000.0  # docs/wisetrans.md: a failed request's cost
     run: bool = True  # False: only rebuild the rows from existing runs
+    # Extra `gearbox edge` flags for every run, appended to each policy's own: a changed
+    # implementation for §IV-D's retraining arm, e.g. ["--cc", "bbr"] (QUIC on BBR).
+    edge_args: list[str] = field(default_factory=list)
+    missing_only: bool = False  # run only the parts whose folder has no runs.json yet
 
 
 # ---------------------------------------------------------------------------- matching
@@ -258,16 +265,33 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_scenarios(scenarios: Sequence[str], out: Path, progress: bool = False) -> list[tuple[str, Path]]:
-    """Runs each scenario with the lab (one emulation at a time) into out/<part>."""
-    from gearbox.lab import runner
+def load_part(path: str, edge_args: Sequence[str] = ()) -> tuple[str, Any]:
+    """A dataset scenario and its part name (its name's last part), with `edge_args`
+    appended to every policy's edge flags."""
     from gearbox.lab import scenario as sc
+
+    s = sc.load(REPO_ROOT / path if not Path(path).is_absolute() else path)
+    for p in s.policies:
+        p.edge_args = [*p.edge_args, *edge_args]
+    return s.name.rsplit("-", 1)[-1], s
+
+
+def run_scenarios(
+    scenarios: Sequence[str],
+    out: Path,
+    edge_args: Sequence[str] = (),
+    missing_only: bool = False,
+    progress: bool = False,
+) -> list[tuple[str, Path]]:
+    """Runs each scenario with the lab (one emulation at a time) into out/<part>;
+    `missing_only` skips parts that already have a runs.json."""
+    from gearbox.lab import runner
 
     done = []
     for path in scenarios:
-        s = sc.load(REPO_ROOT / path if not Path(path).is_absolute() else path)
-        part = s.name.rsplit("-", 1)[-1]
-        runner.run_scenario(s, out / part, jobs=1, force=True, progress=progress)
+        part, s = load_part(path, edge_args)
+        if not (missing_only and (out / part / "runs.json").exists()):
+            runner.run_scenario(s, out / part, jobs=1, force=True, progress=progress)
         done.append((part, out / part))
     return done
 
@@ -279,19 +303,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=a.out)
     p.add_argument("--dataset", default=a.dataset)
     p.add_argument("--no-run", action="store_true", help="only rebuild rows from the runs already in --out")
+    p.add_argument("--missing-only", action="store_true", help="run only the parts without runs in --out")
+    p.add_argument(
+        "--edge-arg",
+        action="append",
+        default=[],
+        help="extra `gearbox edge` flag for every run (repeatable), e.g. --edge-arg=--cc --edge-arg=bbr",
+    )
     ns = p.parse_args(argv)
     a.scenarios = ns.scenario or a.scenarios
     a.out, a.dataset, a.run = ns.out, ns.dataset, not ns.no_run
+    a.edge_args, a.missing_only = ns.edge_arg, ns.missing_only
     out = REPO_ROOT / a.out if not Path(a.out).is_absolute() else Path(a.out)
     if a.run:
-        parts = run_scenarios(a.scenarios, out)
+        parts = run_scenarios(a.scenarios, out, a.edge_args, a.missing_only)
     else:
-        from gearbox.lab import scenario as sc
-
-        parts = []
-        for path in a.scenarios:
-            part = sc.load(REPO_ROOT / path).name.rsplit("-", 1)[-1]
-            parts.append((part, out / part))
+        names = [load_part(path)[0] for path in a.scenarios]
+        parts = [(name, out / name) for name in names]
     rows: list[dict[str, Any]] = []
     for part, folder in parts:
         if not (folder / "runs.json").exists():
