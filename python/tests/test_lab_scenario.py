@@ -245,11 +245,15 @@ def test_seeds_are_shared_by_policies_and_differ_between_repetitions(tmp_path: P
     assert sc.derive_seed(1, "link", 0, 0) == 2189722986  # stable across runs and machines
 
 
-@pytest.mark.parametrize("name", ["demo", "grid-small", "wsp-floo"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "scenarios").glob("*.toml")))
 def test_the_shipped_scenarios_are_valid(name: str) -> None:
     s = sc.load(REPO / "scenarios" / f"{name}.toml")
     assert sc.conditions(s)
     assert {"tcp"} <= {p.name for p in s.policies}
+    for p in s.policies:  # the gear settings files they name are shipped
+        for flag, value in zip(p.load_args, p.load_args[1:], strict=False):
+            if flag == "--gear-config":
+                assert (REPO / value).is_file(), f"{name}: policy {p.name} names {value}"
 
 
 def test_the_preset_names_match_the_binary(gearbox_bin: Path) -> None:

@@ -46,8 +46,11 @@ class Args:
             "plain": "scenarios/wisetrans-eval.toml",
             "udp": "scenarios/wisetrans-eval-udp.toml",
             "bbr": "scenarios/wisetrans-eval-bbr.toml",
+            "vere": "scenarios/wisetrans-eval-vere.toml",
         }
     )
+    # Regions pooled into one more table (the seed's overall numbers pool its two cities).
+    pooled: dict[str, list[str]] = field(default_factory=lambda: {"both": ["plain", "udp"]})
     out: str = "out/wisetrans/eval"  # lab result folders, one per region
     results: str = "data/wisetrans/eval.json"  # the numbers docs/wisetrans.md quotes
     dataset_grid: str = "out/wisetrans/dataset/grid"  # Fig. 1's lambda from the training grid
@@ -56,7 +59,17 @@ class Args:
     run: bool = True
 
 
-MODES = ("tcp", "quic", "race", "strawman", "wisetrans-v1", "wisetrans-v2")
+MODES = (
+    "tcp",
+    "quic",
+    "race",
+    "strawman",
+    "wisetrans-v1",
+    "wisetrans-v1-norollback",
+    "wisetrans-v1-retrained",
+    "wisetrans-v2",
+    "wisetrans-v2-seedprobe",
+)
 
 
 def stats(costs: list[float]) -> dict[str, float | int | None]:
@@ -128,22 +141,41 @@ def runs_by_policy(lab_out: Path) -> dict[tuple[str, int], dict[str, Path]]:
     return out
 
 
-def region_table(lab_out: Path, a: Args) -> dict[str, Any]:
-    """Per mode and Ideal: stats, reductions, gap to Ideal, deep dive; pooled over conditions."""
+def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
+    """Per mode and Ideal: stats, reductions, gap to Ideal, deep dive; pooled over the
+    conditions and repetitions of one or more lab folders. `per_run` gives each mode's
+    mean-cost reduction against TCP-only and QUIC-only and its gap to Ideal in every
+    (condition, repetition) separately, as min / max: the spread that says which
+    differences of the pooled numbers are more than run-to-run noise."""
     costs: dict[str, list[float]] = {}
     dives: dict[str, list[dict[str, Any]]] = {}
-    for _, runs in sorted(runs_by_policy(lab_out).items()):
-        recs = {policy: ds.client_records(d) for policy, d in runs.items()}
-        for policy, rs in recs.items():
-            costs.setdefault(policy, []).extend(ds.request_cost_ms(r, a.failed_cost_ms) for r in rs)
-            if policy not in ("tcp", "quic"):
-                dives.setdefault(policy, []).append(deep_dive(rs, a.window_ms, a.failed_cost_ms))
-        if "tcp" in recs and "quic" in recs:
-            ideal = ds.ideal_choice(recs["tcp"], recs["quic"], a.window_ms, a.failed_cost_ms)
-            costs.setdefault("ideal", []).extend(x["rct_ms"] for x in ideal)
+    per_run: dict[str, dict[str, list[float]]] = {}
+    for lab_out in lab_outs if isinstance(lab_outs, list) else [lab_outs]:
+        for _, runs in sorted(runs_by_policy(lab_out).items()):
+            recs = {policy: ds.client_records(d) for policy, d in runs.items()}
+            means: dict[str, float] = {}
+            for policy, rs in recs.items():
+                c = [ds.request_cost_ms(r, a.failed_cost_ms) for r in rs]
+                costs.setdefault(policy, []).extend(c)
+                if c:
+                    means[policy] = float(np.mean(c))
+                if policy not in ("tcp", "quic"):
+                    dives.setdefault(policy, []).append(deep_dive(rs, a.window_ms, a.failed_cost_ms))
+            if "tcp" in recs and "quic" in recs:
+                ideal = ds.ideal_choice(recs["tcp"], recs["quic"], a.window_ms, a.failed_cost_ms)
+                costs.setdefault("ideal", []).extend(x["rct_ms"] for x in ideal)
+                if ideal:
+                    means["ideal"] = float(np.mean([x["rct_ms"] for x in ideal]))
+            for mode, m in means.items():
+                spread = per_run.setdefault(mode, {"vs_tcp": [], "vs_quic": [], "gap_ideal": []})
+                for key, base, sign in (("vs_tcp", "tcp", 1), ("vs_quic", "quic", 1), ("gap_ideal", "ideal", -1)):
+                    if base in means and base != mode and means[base] > 0:
+                        spread[key].append(sign * (1 - m / means[base]))
     table: dict[str, Any] = {}
     for mode, c in costs.items():
         table[mode] = stats(c)
+        spread = per_run.get(mode, {})
+        table[mode]["per_run"] = {k: {"runs": len(v), "min": min(v), "max": max(v)} for k, v in spread.items() if v}
     for mode, row in table.items():
         for base in ("tcp", "quic", "ideal"):
             if base in table and base != mode:
@@ -194,9 +226,18 @@ def format_region(name: str, table: dict[str, Any]) -> str:
     lines = [
         f"region {name}: request cost (RCT; failed = 10 s), ms; reductions 1 - mode / baseline",
         "| mode | requests | mean | median | std | p99 | mean vs TCP | mean vs QUIC | median vs TCP "
-        "| median vs QUIC | p99 vs TCP | gap to Ideal (mean) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| median vs QUIC | p99 vs TCP | gap to Ideal (mean) | per run: vs TCP, vs QUIC, gap to Ideal (min..max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def spread(r: dict[str, Any]) -> str:
+        pr = r.get("per_run", {})
+        parts = [
+            f"{pct(pr[k]['min'])}..{pct(pr[k]['max'])}" if k in pr else "-" for k in ("vs_tcp", "vs_quic", "gap_ideal")
+        ]
+        n = max((pr[k]["runs"] for k in pr), default=0)
+        return f"{', '.join(parts)} ({n} runs)" if n else "-"
+
     order = [m for m in (*MODES, "ideal") if m in table] + [m for m in table if m not in (*MODES, "ideal")]
     for m in order:
         r = table[m]
@@ -204,7 +245,7 @@ def format_region(name: str, table: dict[str, Any]) -> str:
         lines.append(
             f"| {m} | {r['requests']} | {ms(r['mean'])} | {ms(r['median'])} | {ms(r['std'])} | {ms(r['p99'])} | "
             f"{pct(r.get('vs_tcp_mean'))} | {pct(r.get('vs_quic_mean'))} | {pct(r.get('vs_tcp_median'))} | "
-            f"{pct(r.get('vs_quic_median'))} | {pct(r.get('vs_tcp_p99'))} | {pct(gap)} |"
+            f"{pct(r.get('vs_quic_median'))} | {pct(r.get('vs_tcp_p99'))} | {pct(gap)} | {spread(r)} |"
         )
     dd = [(m, table[m]["deep_dive"]) for m in order if "deep_dive" in table[m]]
     if dd:
@@ -236,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     a = Args()
     p = argparse.ArgumentParser(prog="gearbox lab wisetrans evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--no-run", action="store_true", help="recompute from the runs already in --out")
-    p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr)")
+    p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr, vere)")
     p.add_argument("--out", default=a.out)
     ns = p.parse_args(argv)
     a.run, a.out = not ns.no_run, ns.out
@@ -251,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         table = region_table(folder, a)
         result["regions"][region] = table
         print(format_region(region, table) + "\n")
+    for name, members in a.pooled.items():
+        folders = [REPO_ROOT / a.out / m for m in members if (REPO_ROOT / a.out / m / "runs.json").exists()]
+        if len(folders) == len(members):
+            table = region_table(folders, a)
+            result["regions"][name] = table
+            print(format_region(f"{name} ({' + '.join(members)})", table) + "\n")
     result["fig1_lambda"] = fig1_lambda(REPO_ROOT / a.dataset_grid, a)
     if result["fig1_lambda"]:
         print("Fig. 1: lambda = mean RCT_TCP / mean RCT_QUIC (> 1: QUIC faster), training grid")
