@@ -24,16 +24,25 @@ pub fn require_binary(path: &str, package: &str) -> PathBuf {
     p
 }
 
-/// A loopback port free for both TCP and UDP right now.
+/// A loopback port free for both TCP and UDP right now, for a server started next.
+///
+/// Ports come from 20000-32767, below Linux's ephemeral range (32768-60999), and from a
+/// process-wide counter: a port the kernel hands out for `bind(0)` may be handed out again
+/// (to another test's `bind(0)` or as an outgoing connection's source port) between this
+/// check and the server's own bind, so two servers started side by side could end up on
+/// one port and a test could talk to the wrong one.
 pub fn free_port() -> u16 {
-    for _ in 0..100 {
-        let tcp = TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on loopback");
-        let port = tcp.local_addr().expect("local addr").port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % 12_768;
+    for _ in 0..12_768 {
+        let port = (20_000 + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_768) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        if tcp.is_ok() && UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
-    panic!("no port free for both TCP and UDP on 127.0.0.1");
+    panic!("no port in 20000-32767 free for both TCP and UDP on 127.0.0.1");
 }
 
 /// A temp dir with `cert.pem`/`key.pem` for `localhost` and 127.0.0.1, and a `site/`
