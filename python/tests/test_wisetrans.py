@@ -288,3 +288,16 @@ def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
     assert dive["rollbacks"] == 1 and dive["rollback_rate"] == pytest.approx(0.5)
     assert dive["quic_share"] == pytest.approx(2 / 5)
     assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"
+
+
+def test_selection_accuracy_compares_each_request_with_ideals_window_choice() -> None:
+    run = [
+        rec("h3", 0, "/0", 1_000_000, 100),  # window 0, Ideal quic: right
+        rec("h2", 0, "/1", 1_005_000, 100),  # window 0: wrong
+        rec("h2", 1, "/2", 1_012_000, 100),  # window 1, Ideal tcp: right
+        rec("h1", 1, "/3", 1_019_000, 100),  # window 1 (h1 is TCP): right
+        rec("h3", 2, "/4", 1_021_000, 100),  # window 2: Ideal has no choice, not judged
+    ]
+    got = ev.selection_accuracy(run, {0: "quic", 1: "tcp"}, 10_000.0)
+    assert got == {"judged": 4, "correct": 3}
+    assert ev.selection_accuracy([], {0: "tcp"}, 10_000.0) == {"judged": 0, "correct": 0}

@@ -133,6 +133,23 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
     }
 
 
+def selection_accuracy(records: list[dict[str, Any]], window_choice: dict[int, str], window_ms: float) -> dict:
+    """Table III/IV's accuracy: the share of a run's requests sent on the protocol Ideal
+    chose for their 10 s window (windows by send time since the run's first send, as in
+    dataset.ideal_choice; the runs replay the same requests at the same offsets)."""
+    if not records:
+        return {"judged": 0, "correct": 0}
+    t0 = min(float(r["time_unix_ms"]) for r in records)
+    judged = correct = 0
+    for r in records:
+        ideal = window_choice.get(int((float(r["time_unix_ms"]) - t0) // window_ms))
+        if ideal is None or r.get("protocol") is None:
+            continue
+        judged += 1
+        correct += int(("quic" if r["protocol"] == "h3" else "tcp") == ideal)
+    return {"judged": judged, "correct": correct}
+
+
 def runs_by_policy(lab_out: Path) -> dict[tuple[str, int], dict[str, Path]]:
     """(condition, repetition) -> policy -> run folder."""
     out: dict[tuple[str, int], dict[str, Path]] = {}
@@ -166,6 +183,10 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                 costs.setdefault("ideal", []).extend(x["rct_ms"] for x in ideal)
                 if ideal:
                     means["ideal"] = float(np.mean([x["rct_ms"] for x in ideal]))
+                window_choice = {x["window"]: x["choice"] for x in ideal}
+                for policy, rs in recs.items():
+                    if policy not in ("tcp", "quic") and dives.get(policy):
+                        dives[policy][-1].update(selection_accuracy(rs, window_choice, a.window_ms))
             for mode, m in means.items():
                 spread = per_run.setdefault(mode, {"vs_tcp": [], "vs_quic": [], "gap_ideal": []})
                 for key, base, sign in (("vs_tcp", "tcp", 1), ("vs_quic", "quic", 1), ("gap_ideal", "ideal", -1)):
@@ -183,12 +204,14 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                     b, v = table[base][stat], row[stat]
                     row[f"vs_{base}_{stat}"] = (1 - v / b) if b and v is not None else None
     for mode, ds_list in dives.items():
-        total = {k: 0.0 for k in ("requests", "switches", "rollbacks")}
+        total = {k: 0.0 for k in ("requests", "switches", "rollbacks", "judged", "correct")}
         probes = helped = 0.0
         for d in ds_list:
             total["requests"] += d["requests"]
             total["switches"] += d["switches"]
             total["rollbacks"] += d["rollbacks"]
+            total["judged"] += d.get("judged", 0)
+            total["correct"] += d.get("correct", 0)
             probes += (d["exploration_freq"] or 0) * d["requests"]
             helped += (d["switches_helped"] or 0) * d["switches"]
         n, s = total["requests"], total["switches"]
@@ -199,6 +222,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             "switches_helped": helped / s if s else None,
             "rollback_rate": total["rollbacks"] / s if s else None,
             "quic_share": float(np.mean([d["quic_share"] or 0 for d in ds_list])),
+            "selection_accuracy": total["correct"] / total["judged"] if total["judged"] else None,
         }
     return table
 
@@ -251,14 +275,15 @@ def format_region(name: str, table: dict[str, Any]) -> str:
     if dd:
         lines += [
             "",
-            "| mode | QUIC share | exploration freq | switches | switching freq | switches that helped "
-            "| rollback rate |",
-            "|---|---|---|---|---|---|---|",
+            "| mode | QUIC share | agrees with Ideal | exploration freq | switches | switching freq "
+            "| switches that helped | rollback rate |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for m, d in dd:
             f = lambda v: "-" if v is None else f"{v * 100:.1f}%"  # noqa: E731
             lines.append(
-                f"| {m} | {f(d['quic_share'])} | {f(d['exploration_freq'])} | {d['switches']} | "
+                f"| {m} | {f(d['quic_share'])} | {f(d.get('selection_accuracy'))} | {f(d['exploration_freq'])} | "
+                f"{d['switches']} | "
                 f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} |"
             )
     return "\n".join(lines)
