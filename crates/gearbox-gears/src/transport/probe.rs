@@ -2,20 +2,38 @@
 //! requests.
 //!
 //! An exploration hands out six probe slots, alternately TCP and QUIC starting with TCP
-//! (Fig. 6: TCP, QUIC, TCP, QUIC, TCP, QUIC), one per request the application issues;
-//! requests issued after the sixth slot and before the sixth result use the last
-//! selected protocol. When all six have finished, each protocol's three costs (RCT
-//! normalised for response size, see [`super::request_cost`]) are reduced to the mean
-//! of the two most similar ([`two_most_similar_mean`]: three each rather than two or
-//! four, §III-D, because one in twenty two-sample experiments was abnormal), and the
-//! protocol with the lower value is selected (a tie keeps the last selected protocol).
-//! No synthetic probes and no throwaway data: only the application's real requests.
+//! (Fig. 6: TCP, QUIC, TCP, QUIC, TCP, QUIC), one per request the application issues.
+//! In the seed's rule, requests issued after the sixth slot and before the sixth result
+//! use the last selected protocol. When all six have finished, each protocol's three
+//! costs (RCT normalised for response size, see [`super::request_cost`]) are reduced to
+//! the mean of the two most similar ([`two_most_similar_mean`]: three each rather than
+//! two or four, §III-D, because one in twenty two-sample experiments was abnormal), and
+//! the protocol with the lower value is selected (a tie keeps the last selected
+//! protocol). No synthetic probes and no throwaway data: only the application's real
+//! requests.
+//!
+//! **Extras (gearbox's addition, `TransportConfig::probe_balance`, on by default).** A
+//! click issues about 13.5 requests at once (§III-D). Under the seed's rule the six
+//! slots are the front of that burst and the other seven or so all ride on the last
+//! selected protocol: that protocol's connection carries its three slots plus the whole
+//! tail, so its probes are slowed by load the other protocol does not carry, and no
+//! probe ever sees the back of the queue. The comparison is biased by queue position and
+//! load, not by the protocols (in the lab v2 picked TCP, probe costs tcp:38.3 /
+//! quic:40.6, on a path where QUIC-only was 3x faster). With extras, requests issued
+//! after the sixth slot while the exploration runs continue the alternation (the 7th
+//! TCP, the 8th QUIC, ...), up to `max_extra` of them; later ones use the last selected
+//! protocol as in the seed. The outcome waits for the six slots and every extra handed
+//! out, and each protocol's value is [`trimmed_mean_drop_farthest`] of all its costs
+//! (for three costs exactly the seed's two-most-similar mean). `max_extra = 0` is the
+//! seed's rule to the letter. The rejected alternative, more slots per protocol, would
+//! still leave the burst's tail on one protocol.
 //!
 //! A slot is linked to its result through the decision string the client copies into
-//! the record (`why=probe-<k>of6;ex=<id>`), so records of other requests, or of an
-//! older exploration, never count; the first record of a slot counts (a page load
-//! decides once for all its objects). When to explore is the gear's business
-//! ([`super::wisetrans`]); this object only runs one exploration at a time.
+//! the record (`why=probe-<k>of6;ex=<id>`, an extra `why=probe-extra;ex=<id>;extra=<k>`),
+//! so records of other requests, or of an older exploration, never count; the first
+//! record of a slot or extra counts (a page load decides once for all its objects). When
+//! to explore is the gear's business ([`super::wisetrans`]); this object only runs one
+//! exploration at a time.
 
 use std::time::{Duration, Instant};
 
@@ -60,25 +78,57 @@ pub enum ProbeChoice {
         /// Its protocol.
         transport: Transport,
     },
-    /// All six slots are out; waiting for their results: use the last selected protocol.
+    /// Extra request `extra` (1..=max_extra) of exploration `id`, after the six slots,
+    /// on `transport` (the alternation continued: extra 1 TCP, extra 2 QUIC, ...).
+    Extra {
+        /// The exploration.
+        id: u64,
+        /// 1-based extra.
+        extra: usize,
+        /// Its protocol.
+        transport: Transport,
+    },
+    /// All six slots (and every allowed extra) are out; waiting for their results: use
+    /// the last selected protocol.
     Wait,
 }
 
 /// The result of an exploration.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// The exploration.
     pub id: u64,
     /// The better protocol.
     pub selected: Transport,
-    /// TCP's value (mean of the two most similar costs).
+    /// TCP's value: [`trimmed_mean_drop_farthest`] of its slot and extra costs (with
+    /// three slot costs only, the mean of the two most similar).
     pub tcp_cost: f64,
     /// QUIC's value.
     pub quic_cost: f64,
-    /// The three raw costs of each protocol, slot order.
+    /// The three raw slot costs of each protocol, slot order.
     pub tcp_costs: [f64; PROBES_PER_PROTOCOL],
     /// QUIC's three.
     pub quic_costs: [f64; PROBES_PER_PROTOCOL],
+    /// TCP's extras' raw costs, extra order (empty under the seed's rule).
+    pub tcp_extra_costs: Vec<f64>,
+    /// QUIC's extras' raw costs.
+    pub quic_extra_costs: Vec<f64>,
+}
+
+impl Outcome {
+    /// Every raw cost of `t`, slots first, then extras.
+    pub fn costs(&self, t: Transport) -> Vec<f64> {
+        let (slots, extras) = match t {
+            Transport::Tcp => (&self.tcp_costs, &self.tcp_extra_costs),
+            Transport::Quic => (&self.quic_costs, &self.quic_extra_costs),
+        };
+        slots.iter().chain(extras).copied().collect()
+    }
+
+    /// Whether any extra took part.
+    pub fn had_extras(&self) -> bool {
+        !(self.tcp_extra_costs.is_empty() && self.quic_extra_costs.is_empty())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +140,9 @@ struct Exploration {
     issued: usize,
     /// Cost per slot once its record arrived.
     results: [Option<f64>; PROBE_SLOTS],
+    /// Cost per extra handed out (its length is the number handed out), once its
+    /// record arrived.
+    extras: Vec<Option<f64>>,
     /// Selected before the exploration (kept on a tie).
     last: Transport,
 }
@@ -100,6 +153,8 @@ pub struct ProbeAgent {
     current: Option<Exploration>,
     next_id: u64,
     timeout: Duration,
+    /// Most extras per exploration (0: the seed's rule).
+    max_extra: usize,
 }
 
 /// The protocol of 1-based slot `k`: odd slots TCP, even slots QUIC.
@@ -111,13 +166,27 @@ pub fn slot_transport(slot: usize) -> Transport {
     }
 }
 
+/// The protocol of 1-based extra `k`: the alternation of the slots continued (extra 1
+/// is the 7th request of the exploration: TCP).
+pub fn extra_transport(extra: usize) -> Transport {
+    slot_transport(PROBE_SLOTS + extra)
+}
+
 impl ProbeAgent {
-    /// An idle agent; an exploration not finished after `timeout` is abandoned.
+    /// An idle agent following the seed's rule (no extras); an exploration not finished
+    /// after `timeout` is abandoned.
     pub fn new(timeout: Duration) -> Self {
+        Self::with_extras(timeout, 0)
+    }
+
+    /// An idle agent that hands out up to `max_extra` extra requests per exploration
+    /// after the six slots (see the module doc); 0 is [`ProbeAgent::new`].
+    pub fn with_extras(timeout: Duration, max_extra: usize) -> Self {
         ProbeAgent {
             current: None,
             next_id: 1,
             timeout,
+            max_extra,
         }
     }
 
@@ -142,6 +211,7 @@ impl ProbeAgent {
             started: now,
             issued: 0,
             results: [None; PROBE_SLOTS],
+            extras: Vec::new(),
             last,
         });
         id
@@ -170,6 +240,14 @@ impl ProbeAgent {
                 slot: e.issued,
                 transport: slot_transport(e.issued),
             })
+        } else if e.extras.len() < self.max_extra {
+            e.extras.push(None);
+            let extra = e.extras.len();
+            Some(ProbeChoice::Extra {
+                id: e.id,
+                extra,
+                transport: extra_transport(extra),
+            })
         } else {
             Some(ProbeChoice::Wait)
         }
@@ -183,18 +261,52 @@ impl ProbeAgent {
         if e.id != id || slot == 0 || slot > e.issued {
             return None;
         }
-        let r = &mut e.results[slot - 1];
-        if r.is_some() {
+        if !fill(&mut e.results[slot - 1], cost) {
             return None;
         }
-        *r = Some(if cost.is_nan() { f64::INFINITY } else { cost });
-        if e.results.iter().any(Option::is_none) {
+        self.finish()
+    }
+
+    /// The cost of extra `extra` (1-based) of exploration `id`; as [`Self::observe`].
+    pub fn observe_extra(&mut self, id: u64, extra: usize, cost: f64) -> Option<Outcome> {
+        let e = self.current.as_mut()?;
+        if e.id != id || extra == 0 || extra > e.extras.len() {
+            return None;
+        }
+        if !fill(&mut e.extras[extra - 1], cost) {
+            return None;
+        }
+        self.finish()
+    }
+
+    /// The outcome, and the exploration ended, if every slot and every extra handed out
+    /// has its result.
+    fn finish(&mut self) -> Option<Outcome> {
+        let e = self.current.as_ref()?;
+        if e.results.iter().chain(&e.extras).any(Option::is_none) {
             return None;
         }
         let all = e.results.map(|r| r.unwrap_or(f64::INFINITY));
         let tcp_costs = [all[0], all[2], all[4]];
         let quic_costs = [all[1], all[3], all[5]];
-        let (tcp_cost, quic_cost) = (two_most_similar_mean(tcp_costs), two_most_similar_mean(quic_costs));
+        let (mut tcp_extra_costs, mut quic_extra_costs) = (Vec::new(), Vec::new());
+        for (k, r) in e.extras.iter().enumerate() {
+            let c = r.unwrap_or(f64::INFINITY);
+            match extra_transport(k + 1) {
+                Transport::Tcp => tcp_extra_costs.push(c),
+                Transport::Quic => quic_extra_costs.push(c),
+            }
+        }
+        let value = |slots: &[f64; PROBES_PER_PROTOCOL], extras: &[f64]| {
+            if extras.is_empty() {
+                two_most_similar_mean(*slots)
+            } else {
+                let v: Vec<f64> = slots.iter().chain(extras).copied().collect();
+                trimmed_mean_drop_farthest(&v)
+            }
+        };
+        let tcp_cost = value(&tcp_costs, &tcp_extra_costs);
+        let quic_cost = value(&quic_costs, &quic_extra_costs);
         let selected = if tcp_cost < quic_cost {
             Transport::Tcp
         } else if quic_cost < tcp_cost {
@@ -209,10 +321,22 @@ impl ProbeAgent {
             quic_cost,
             tcp_costs,
             quic_costs,
+            tcp_extra_costs,
+            quic_extra_costs,
         };
         self.current = None;
         Some(outcome)
     }
+}
+
+/// Stores the first result of a slot or extra (a failed request's NaN as infinite cost);
+/// false for a repeat.
+fn fill(slot: &mut Option<f64>, cost: f64) -> bool {
+    if slot.is_some() {
+        return false;
+    }
+    *slot = Some(if cost.is_nan() { f64::INFINITY } else { cost });
+    true
 }
 
 /// The mean of the two closest of three values (§III-D: "we use the two similar
@@ -230,6 +354,41 @@ pub fn two_most_similar_mean(v: [f64; 3]) -> f64 {
     } else {
         (s[1] + s[2]) / 2.0
     }
+}
+
+/// The mean of `v` without the one value farthest from the median; the general form of
+/// [`two_most_similar_mean`], used when extras give a protocol more than three costs.
+///
+/// With three values it is exactly [`two_most_similar_mean`] (the farthest from the
+/// middle value is the one not in the closest pair; a tie drops the highest). Two or
+/// fewer values: the plain mean (nothing to outvote); none: NaN. The farthest value is
+/// always the lowest or the highest; on a tie the highest goes. Infinite values (failed
+/// requests) are as far as can be from a finite median and at distance 0 from an
+/// infinite one, so one failure is dropped, and failures in the majority make the value
+/// infinite.
+pub fn trimmed_mean_drop_farthest(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let kept: &[f64] = if n <= 2 {
+        &s
+    } else {
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        };
+        let dist = |x: f64| if x == median { 0.0 } else { (x - median).abs() };
+        if dist(s[0]) > dist(s[n - 1]) {
+            &s[1..]
+        } else {
+            &s[..n - 1]
+        }
+    };
+    if kept.is_empty() {
+        return f64::NAN;
+    }
+    kept.iter().sum::<f64>() / kept.len() as f64
 }
 
 #[cfg(test)]
@@ -319,6 +478,162 @@ mod tests {
         assert_eq!(a.observe(id, 1, 1.0), None, "a repeat does not overwrite");
         assert!(!a.expire(t0 + Duration::from_secs(30)));
         assert!(a.expire(t0 + Duration::from_secs(31)));
+        assert!(!a.exploring());
+    }
+
+    #[test]
+    fn dropping_the_farthest_from_the_median_is_the_seeds_rule_for_three_values() {
+        let threes = [
+            [100.0, 104.0, 300.0],
+            [300.0, 100.0, 104.0],
+            [10.0, 200.0, 205.0],
+            [50.0, 60.0, 70.0],
+            [50.0, 52.0, f64::INFINITY],
+            [50.0, f64::INFINITY, f64::INFINITY],
+            [f64::INFINITY; 3],
+            [7.0, 7.0, 7.0],
+            [0.0, 1e9, 5e8],
+        ];
+        for v in threes {
+            let (a, b) = (trimmed_mean_drop_farthest(&v), two_most_similar_mean(v));
+            assert!(a == b || (a.is_nan() && b.is_nan()), "{v:?}: {a} != {b}");
+        }
+    }
+
+    #[test]
+    fn dropping_the_farthest_from_the_median_for_other_counts() {
+        assert!(trimmed_mean_drop_farthest(&[]).is_nan());
+        assert_eq!(trimmed_mean_drop_farthest(&[42.0]), 42.0);
+        assert_eq!(trimmed_mean_drop_farthest(&[40.0, 60.0]), 50.0, "two: the plain mean");
+        assert_eq!(trimmed_mean_drop_farthest(&[40.0, f64::INFINITY]), f64::INFINITY);
+        // Four: median 25; 100 is 75 away, 10 only 15.
+        assert_eq!(trimmed_mean_drop_farthest(&[10.0, 20.0, 30.0, 100.0]), 20.0);
+        assert_eq!(trimmed_mean_drop_farthest(&[1.0, 20.0, 21.0, 22.0]), 21.0);
+        assert_eq!(
+            trimmed_mean_drop_farthest(&[10.0, 20.0, 30.0, 40.0]),
+            20.0,
+            "a tie drops the highest"
+        );
+        assert_eq!(trimmed_mean_drop_farthest(&[1.0, 2.0, 3.0, f64::INFINITY]), 2.0);
+        assert_eq!(
+            trimmed_mean_drop_farthest(&[1.0, 2.0, f64::INFINITY, f64::INFINITY]),
+            f64::INFINITY,
+            "half failed: the protocol loses"
+        );
+        // Seven: median 40; only the 1000 goes, the rest are averaged.
+        assert_eq!(
+            trimmed_mean_drop_farthest(&[35.0, 40.0, 1000.0, 45.0, 38.0, 42.0, 40.0]),
+            40.0
+        );
+        assert_eq!(
+            trimmed_mean_drop_farthest(&[35.0, 40.0, 45.0, 38.0, 42.0, 40.0, f64::INFINITY]),
+            40.0,
+            "one failure in seven is outvoted"
+        );
+        assert_eq!(
+            trimmed_mean_drop_farthest(&[1.0, 50.0, 50.0, 50.0, 50.0, 50.0, 56.0]),
+            51.0,
+            "the low outlier goes"
+        );
+    }
+
+    #[test]
+    fn with_extras_requests_after_the_sixth_slot_keep_alternating_up_to_the_limit() {
+        let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 3);
+        let id = a.start(Instant::now(), Trigger::NewOrigin, Transport::Quic);
+        for _ in 0..PROBE_SLOTS {
+            assert!(matches!(a.choose(), Some(ProbeChoice::Slot { .. })));
+        }
+        let got: Vec<_> = (0..5).map(|_| a.choose()).collect();
+        assert_eq!(
+            got,
+            [
+                Some(ProbeChoice::Extra {
+                    id,
+                    extra: 1,
+                    transport: Transport::Tcp
+                }),
+                Some(ProbeChoice::Extra {
+                    id,
+                    extra: 2,
+                    transport: Transport::Quic
+                }),
+                Some(ProbeChoice::Extra {
+                    id,
+                    extra: 3,
+                    transport: Transport::Tcp
+                }),
+                Some(ProbeChoice::Wait),
+                Some(ProbeChoice::Wait),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_outcome_waits_for_every_extra_handed_out_and_counts_it() {
+        let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
+        let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
+        for _ in 0..PROBE_SLOTS + 4 {
+            a.choose();
+        }
+        // Slots tie at 50; extras: TCP 90, 95 (extras 1, 3), QUIC 30, 31 (2, 4).
+        for k in 1..=PROBE_SLOTS {
+            assert_eq!(a.observe(id, k, 50.0), None);
+        }
+        assert_eq!(a.observe_extra(id, 5, 1.0), None, "extra 5 not handed out");
+        assert_eq!(a.observe_extra(id, 0, 1.0), None);
+        assert_eq!(a.observe_extra(id + 1, 1, 1.0), None, "another exploration's");
+        assert_eq!(a.observe_extra(id, 4, 31.0), None);
+        assert_eq!(a.observe_extra(id, 2, 30.0), None);
+        assert_eq!(a.observe_extra(id, 2, 1000.0), None, "a repeat does not overwrite");
+        assert_eq!(a.observe_extra(id, 3, 95.0), None);
+        assert!(a.exploring(), "extra 1 still missing");
+        let out = a.observe_extra(id, 1, 90.0).expect("outcome after the last extra");
+        assert_eq!(out.selected, Transport::Quic);
+        assert_eq!(out.tcp_extra_costs, vec![90.0, 95.0]);
+        assert_eq!(out.quic_extra_costs, vec![30.0, 31.0]);
+        assert_eq!(out.costs(Transport::Quic), vec![50.0, 50.0, 50.0, 30.0, 31.0]);
+        // QUIC: median 50, 30 is the farthest -> (31 + 3 * 50) / 4.
+        assert_eq!(out.quic_cost, 45.25);
+        // TCP: median 50, 95 is the farthest -> (3 * 50 + 90) / 4.
+        assert_eq!(out.tcp_cost, 60.0);
+        assert!(!a.exploring());
+    }
+
+    #[test]
+    fn without_extras_handed_out_the_outcome_is_the_seeds() {
+        let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
+        let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
+        for _ in 0..PROBE_SLOTS {
+            a.choose();
+        }
+        let costs = [80.0, 60.0, 82.0, 500.0, 81.0, 62.0];
+        let mut out = None;
+        for (k, c) in costs.iter().enumerate() {
+            out = a.observe(id, k + 1, *c);
+        }
+        let out = out.expect("outcome after the sixth result");
+        assert!(!out.had_extras());
+        assert_eq!(
+            (out.selected, out.tcp_cost, out.quic_cost),
+            (Transport::Quic, 80.5, 61.0)
+        );
+    }
+
+    #[test]
+    fn an_exploration_waiting_for_an_extra_expires_like_any_other() {
+        let t0 = Instant::now();
+        let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
+        let id = a.start(t0, Trigger::PathChange, Transport::Tcp);
+        for _ in 0..PROBE_SLOTS + 1 {
+            a.choose();
+        }
+        for k in 1..=PROBE_SLOTS {
+            assert_eq!(a.observe(id, k, 50.0), None);
+        }
+        assert!(!a.expire(t0 + Duration::from_secs(30)));
+        assert!(a.expire(t0 + Duration::from_secs(31)));
+        assert_eq!(a.observe_extra(id, 1, 50.0), None, "too late");
         assert!(!a.exploring());
     }
 }

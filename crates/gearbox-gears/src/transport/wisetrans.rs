@@ -21,7 +21,11 @@
 //! (c) when |score − history score| exceeds `explore_score_delta`, the history score
 //! being the first score after the last exploration; (c) at most once per
 //! `min_explore_interval_ms`. The exploration's selection is then used until the next
-//! one. The Rollback Checker watches every switch, in both versions, unless disabled.
+//! one. With `probe_balance` (the default) requests issued after the six probe slots
+//! while the exploration runs are the exploration's extras (`why=probe-extra`, up to
+//! `probe_max_extra`), see [`super::probe`]; with it off, the seed's rule: they use the
+//! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
+//! in both versions, unless disabled.
 //!
 //! Without both models (missing directory, file, or a broken model), the gear does
 //! nothing of the above: it logs once (at load) and chooses TCP, the web's usual
@@ -63,10 +67,12 @@ impl Version {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Event {
     None,
-    /// An exploration ended and selected this (with its two values).
+    /// An exploration ended and selected this (with its two values, and the number of
+    /// costs behind each when extras took part).
     Picked {
         tcp: f64,
         quic: f64,
+        n: Option<(usize, usize)>,
     },
     /// The rollback checker undid a switch.
     RolledBack {
@@ -184,7 +190,10 @@ fn state_of<'a>(
         last_explore: None,
         explored: false,
         pending: None,
-        probe: ProbeAgent::new(ms(c.explore_timeout_ms)),
+        probe: ProbeAgent::with_extras(
+            ms(c.explore_timeout_ms),
+            if c.probe_balance { c.probe_max_extra } else { 0 },
+        ),
         rollback: RollbackChecker::new(
             c.rollback,
             ms(c.rollback_interval_ms),
@@ -254,6 +263,18 @@ impl TransportGear for WiseTrans {
                         }
                         ("probe", transport, why_buf.as_str())
                     }
+                    Some(ProbeChoice::Extra {
+                        id,
+                        extra: k,
+                        transport,
+                    }) => {
+                        extra.push(("ex", id.to_string()));
+                        extra.push(("extra", k.to_string()));
+                        if let Some((_, trigger)) = st.probe.running() {
+                            extra.push(("trigger", trigger.name().to_string()));
+                        }
+                        ("probe", transport, PROBE_EXTRA)
+                    }
                     Some(ProbeChoice::Wait) => ("probe", st.current, "probe-wait"),
                     None => exploit_reason(st),
                 }
@@ -286,8 +307,11 @@ impl TransportGear for WiseTrans {
         };
         match std::mem::replace(&mut st.event, Event::None) {
             Event::None => {}
-            Event::Picked { tcp, quic } => {
+            Event::Picked { tcp, quic, n } => {
                 extra.push(("picked", format!("tcp:{}/quic:{}", fmt_cost(tcp), fmt_cost(quic))));
+                if let Some((n_tcp, n_quic)) = n {
+                    extra.push(("n", format!("tcp:{n_tcp}/quic:{n_quic}")));
+                }
             }
             Event::RolledBack { before, after } => {
                 extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
@@ -328,10 +352,14 @@ impl TransportGear for WiseTrans {
             }
         }
 
-        // A probe slot's result goes to the Probe Agent, and nowhere else.
-        if let Some((id, slot)) = record.decision.as_deref().and_then(probe_slot) {
+        // A probe slot's or extra's result goes to the Probe Agent, and nowhere else.
+        if let Some(probe) = record.decision.as_deref().and_then(probe_ref) {
             if version == Version::V2 {
-                if let Some(out) = st.probe.observe(id, slot, cost) {
+                let out = match probe {
+                    ProbeRef::Slot { id, slot } => st.probe.observe(id, slot, cost),
+                    ProbeRef::Extra { id, extra } => st.probe.observe_extra(id, extra, cost),
+                };
+                if let Some(out) = out {
                     let previous = st.current;
                     st.current = out.selected;
                     st.last_explore = Some(now);
@@ -340,13 +368,12 @@ impl TransportGear for WiseTrans {
                     st.event = Event::Picked {
                         tcp: out.tcp_cost,
                         quic: out.quic_cost,
-                    };
-                    let previous_costs = match previous {
-                        Transport::Tcp => out.tcp_costs,
-                        Transport::Quic => out.quic_costs,
+                        n: out
+                            .had_extras()
+                            .then(|| (out.costs(Transport::Tcp).len(), out.costs(Transport::Quic).len())),
                     };
                     if out.selected != previous {
-                        st.rollback.switched(previous, out.selected, now, &previous_costs);
+                        st.rollback.switched(previous, out.selected, now, &out.costs(previous));
                     }
                 }
             }
@@ -401,15 +428,38 @@ fn local_ip(addr: &str) -> &str {
     }
 }
 
-/// `(exploration id, slot)` of a WiseTrans-v2 probe decision.
-fn probe_slot(decision: &str) -> Option<(u64, usize)> {
+/// The `why` of an exploration's extra request.
+const PROBE_EXTRA: &str = "probe-extra";
+
+/// What a WiseTrans-v2 probe decision was part of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeRef {
+    /// `why=probe-<slot>of6;ex=<id>`.
+    Slot { id: u64, slot: usize },
+    /// `why=probe-extra;ex=<id>;extra=<extra>`.
+    Extra { id: u64, extra: usize },
+}
+
+/// The exploration and slot or extra of a WiseTrans-v2 probe decision; None for any
+/// other decision (`probe-wait` included) and for a probe decision missing its numbers.
+fn probe_ref(decision: &str) -> Option<ProbeRef> {
     if decision_field(decision, "mode")? != Version::V2.mode() {
         return None;
     }
     let why = decision_field(decision, "why")?;
-    let slot = why.strip_prefix("probe-")?.split_once("of")?.0.parse().ok()?;
-    let id = decision_field(decision, "ex")?.parse().ok()?;
-    Some((id, slot))
+    let id = || decision_field(decision, "ex")?.parse::<u64>().ok();
+    if why == PROBE_EXTRA {
+        let extra = decision_field(decision, "extra")?.parse().ok()?;
+        return Some(ProbeRef::Extra { id: id()?, extra });
+    }
+    let (slot, of) = why.strip_prefix("probe-")?.split_once("of")?;
+    if of.parse::<usize>().ok()? != PROBE_SLOTS {
+        return None;
+    }
+    Some(ProbeRef::Slot {
+        id: id()?,
+        slot: slot.parse().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -463,7 +513,12 @@ mod tests {
 
     #[test]
     fn probe_agent_alternates_three_and_three_then_uses_the_better_from_the_seventh_request() {
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        // The seed's rule to the letter; the default (probe_balance) is tested below.
+        let cfg = TransportConfig {
+            probe_balance: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
         let t0 = Instant::now();
         let mut issued = Vec::new();
         for k in 0..6 {
@@ -514,6 +569,126 @@ mod tests {
         );
         let (p9, _) = g.choose(ORIGIN, t0 + ms(201));
         assert_eq!(p9, TransportPref::Quic);
+    }
+
+    /// Chooses `n` requests at `t0 + k` ms (one click's burst, all issued before any
+    /// result).
+    fn burst(g: &mut WiseTrans, t0: Instant, n: u64) -> Vec<(TransportPref, String)> {
+        (0..n).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect()
+    }
+
+    fn transport_of(p: TransportPref) -> Transport {
+        if p == TransportPref::Tcp {
+            Transport::Tcp
+        } else {
+            Transport::Quic
+        }
+    }
+
+    #[test]
+    fn a_click_burst_during_an_exploration_gets_six_slots_then_extras_alternating_tcp_and_quic() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let got = burst(&mut g, Instant::now(), 13);
+        let protos: Vec<_> = got.iter().map(|(p, _)| *p).collect();
+        let want: Vec<_> = (1..=13).map(|k| pref(super::super::probe::slot_transport(k))).collect();
+        assert_eq!(protos, want, "TCP, QUIC, ... for all 13");
+        for (k, (_, why)) in got.iter().enumerate().take(6) {
+            assert!(
+                why.contains(&format!("why=probe-{}of6;ex=1;trigger=new-origin", k + 1)),
+                "{why}"
+            );
+        }
+        for (k, (p, why)) in got.iter().enumerate().skip(6) {
+            let x = k - 5;
+            let choice = if *p == TransportPref::Tcp { "tcp" } else { "quic" };
+            assert_eq!(
+                *why,
+                format!(
+                    "wisetrans-v2;phase=probe;score=-;choice={choice};why=probe-extra;ex=1;extra={x};trigger=new-origin"
+                )
+            );
+            assert_eq!(probe_ref(why), Some(ProbeRef::Extra { id: 1, extra: x }));
+        }
+    }
+
+    #[test]
+    fn the_outcome_waits_for_the_extras_and_counts_them() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let got = burst(&mut g, t0, 13);
+        // The slots are a tie (100 ms each); the burst's tail is much cheaper on QUIC.
+        // Under the seed's rule the tie would keep TCP.
+        for (k, (p, why)) in got.iter().enumerate().take(6) {
+            g.observe(&done(transport_of(*p), 100.0, why, 1, (0, 0)), t0 + ms(100 + k as u64));
+        }
+        assert!(
+            g.origins[ORIGIN].probe.exploring(),
+            "six slots in, seven extras missing: no outcome yet"
+        );
+        for (k, (p, why)) in got.iter().enumerate().skip(6) {
+            let t = transport_of(*p);
+            let rct = if t == Transport::Tcp { 300.0 } else { 50.0 };
+            g.observe(&done(t, rct, why, 1, (0, 0)), t0 + ms(200 + k as u64));
+            if k < 12 {
+                assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp), "extra {} of 7 in", k - 5);
+            }
+        }
+        assert!(!g.origins[ORIGIN].probe.exploring());
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        let (p, why) = g.choose(ORIGIN, t0 + ms(400));
+        assert_eq!(p, TransportPref::Quic, "{why}");
+        // 3 slots + 4 extras on TCP (extras 1, 3, 5, 7), 3 + 3 on QUIC.
+        assert!(
+            why.contains(";picked=tcp:") && why.ends_with(";n=tcp:7/quic:6"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn requests_beyond_the_extras_limit_use_the_last_selected_protocol() {
+        let cfg = TransportConfig::default();
+        let limit = cfg.probe_max_extra as u64;
+        assert_eq!(limit, 12);
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
+        let got = burst(&mut g, Instant::now(), 6 + limit + 3);
+        let (_, last_extra) = &got[5 + limit as usize];
+        assert!(
+            last_extra.contains(&format!("why=probe-extra;ex=1;extra={limit}")),
+            "{last_extra}"
+        );
+        for (p, why) in &got[6 + limit as usize..] {
+            assert_eq!(*p, TransportPref::Tcp, "the last selected protocol: {why}");
+            assert_eq!(*why, "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait");
+            assert_eq!(probe_ref(why), None);
+        }
+    }
+
+    #[test]
+    fn an_exploration_with_extras_still_missing_is_abandoned_at_the_timeout() {
+        let cfg = TransportConfig::default();
+        let timeout = cfg.explore_timeout_ms;
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
+        let t0 = Instant::now();
+        let got = burst(&mut g, t0, 8);
+        // All six slots (QUIC much faster) and extra 1 report; extra 2 never does.
+        for (k, (p, why)) in got.iter().enumerate().take(7) {
+            let t = transport_of(*p);
+            let rct = if t == Transport::Tcp { 300.0 } else { 50.0 };
+            g.observe(&done(t, rct, why, 1, (0, 0)), t0 + ms(100 + k as u64));
+        }
+        assert!(g.origins[ORIGIN].probe.exploring());
+        let (p, why) = g.choose(ORIGIN, t0 + ms(timeout + 1));
+        assert_eq!(p, TransportPref::Tcp, "{why}");
+        assert!(
+            why.contains("phase=exploit") && why.contains("abandoned=probe-timeout"),
+            "{why}"
+        );
+        // The missing extra's record, late: ignored.
+        let (p8, why8) = &got[7];
+        g.observe(&done(transport_of(*p8), 50.0, why8, 1, (0, 0)), t0 + ms(timeout + 2));
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        let (_, why) = g.choose(ORIGIN, t0 + ms(timeout + 3));
+        assert!(!why.contains("picked=") && !why.contains("phase=probe"), "{why}");
     }
 
     #[test]
@@ -663,19 +838,37 @@ mod tests {
     #[test]
     fn probe_decisions_parse_back() {
         assert_eq!(
-            probe_slot("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12;trigger=score-jump"),
-            Some((12, 4))
+            probe_ref("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12;trigger=score-jump"),
+            Some(ProbeRef::Slot { id: 12, slot: 4 })
         );
         assert_eq!(
-            probe_slot("wisetrans-v1;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12"),
+            probe_ref("wisetrans-v1;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12"),
             None
         );
         assert_eq!(
-            probe_slot("wisetrans-v2;phase=exploit;score=-;choice=quic;why=stay"),
+            probe_ref("wisetrans-v2;phase=exploit;score=-;choice=quic;why=stay"),
             None
         );
-        assert_eq!(probe_slot("fixed:tcp"), None);
+        assert_eq!(probe_ref("fixed:tcp"), None);
         assert_eq!(local_ip("10.0.0.1:443"), "10.0.0.1");
         assert_eq!(local_ip("[::1]:443"), "[::1]");
+    }
+
+    #[test]
+    fn extra_decisions_parse_back_and_malformed_ones_link_to_nothing() {
+        assert_eq!(
+            probe_ref("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12;extra=4;trigger=score-jump"),
+            Some(ProbeRef::Extra { id: 12, extra: 4 })
+        );
+        for broken in [
+            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12",
+            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12;extra=x",
+            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;extra=4",
+            "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait;ex=12;extra=4",
+            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extras;ex=12;extra=4",
+            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of7;ex=12",
+        ] {
+            assert_eq!(probe_ref(broken), None, "{broken}");
+        }
     }
 }
