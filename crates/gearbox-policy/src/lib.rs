@@ -11,10 +11,18 @@
 //! * scikit-learn forests and trees converted to the same JSON shape by
 //!   `python/gearbox/models/sklearn_to_json.py` (objective `gearbox:forest_proba`).
 //!
+//! and one small dense network: a scikit-learn `MLPClassifier` with a logistic
+//! output, exported by `python/gearbox/models/mlp_to_json.py` in our own JSON
+//! format (`"format": "gearbox-mlp"`, [`mlp`]) — the 128-64 MLP that seeds/000
+//! §IV-E2 compares with XGBoost as the network monitor. It is hand-written
+//! (two dense layers, ~9k multiply-adds in `f64`) rather than run by tract,
+//! which would need an ONNX export step (`skl2onnx`, not among our dependencies).
+//!
 //! Every model comes with a sidecar, `m.meta.json` ([`ModelMeta`]): feature
 //! names and order, optional standardisation, objective, class labels, model
-//! version and the sha256 of the training data. [`Model::load`] reads both and
-//! checks that they agree; [`Model::row`] builds the input by feature name.
+//! version and the sha256 of the training data. [`Model::load`] reads both,
+//! whichever kind the model is, and checks that they agree; [`Model::row`]
+//! builds the input by feature name.
 //!
 //! Why not tract or the `gbdt` crate (DESIGN.md "Choices already made"): tract
 //! scans tree leaves linearly (milliseconds per row for these models) and
@@ -48,6 +56,7 @@
 pub mod ensemble;
 pub mod error;
 pub mod meta;
+pub mod mlp;
 pub mod model;
 pub mod synthetic;
 pub mod xgboost_json;
@@ -55,5 +64,6 @@ pub mod xgboost_json;
 pub use ensemble::TreeEnsemble;
 pub use error::{EvalError, FormatError, ModelError};
 pub use meta::{sha256_file, FeatureSpec, ModelMeta, TrainingData, META_FORMAT_VERSION};
+pub use mlp::{Activation, Mlp, ParsedMlp, MLP_FORMAT};
 pub use model::{FeatureRow, Model, ModelOrFallback};
 pub use xgboost_json::{Objective, ParsedModel, FOREST_PROBA};

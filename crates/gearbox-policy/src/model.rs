@@ -1,5 +1,17 @@
 //! A model file with its sidecar, feature rows built by name, and the fallback
 //! wrapper gears hold.
+//!
+//! A [`Model`] is a tree ensemble or a dense network ([`crate::Mlp`]), chosen by
+//! the model file's content (a top-level `"format": "gearbox-mlp"` means a
+//! network). Both kinds sit behind one API: the same sidecar, the same
+//! [`FeatureRow`]s, [`Model::predict`] and [`Model::objective`]. A network
+//! reports [`Objective::BinaryLogistic`], so a gear that needs "P(class 1)"
+//! (the WiseTrans monitor) takes either kind without knowing which it has.
+//! Rejected: a separate `MlpModel` type beside [`Model`], which would make every
+//! gear that holds a model hold one of two types, and a trait object, which
+//! would put dynamic dispatch and a second vocabulary in front of three
+//! methods. The kind is an enum inside [`Model`]; [`Model::ensemble`] and
+//! [`Model::mlp`] give the evaluator itself.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -10,14 +22,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::ensemble::TreeEnsemble;
 use crate::error::{EvalError, ModelError};
 use crate::meta::ModelMeta;
+use crate::mlp::{is_mlp_document, Mlp, ParsedMlp};
 use crate::xgboost_json::{Objective, ParsedModel};
 
-/// A tree-ensemble model and its sidecar, checked to belong together.
+/// A model (tree ensemble or dense network) and its sidecar, checked to belong
+/// together.
 #[derive(Debug, Clone)]
 pub struct Model {
     path: PathBuf,
     meta: ModelMeta,
-    ensemble: TreeEnsemble,
+    evaluator: Evaluator,
     index: HashMap<String, usize>,
     /// Per feature: `(mean, std)` to standardise with, if any.
     scale: Vec<Option<(f64, f64)>>,
@@ -35,6 +49,13 @@ pub struct FeatureRow {
     layout: u64,
 }
 
+/// What evaluates a [`Model`]'s rows.
+#[derive(Debug, Clone)]
+enum Evaluator {
+    Trees(TreeEnsemble),
+    Mlp(Mlp),
+}
+
 impl FeatureRow {
     /// The values the model sees (model order, standardised, NaN = missing).
     pub fn values(&self) -> &[f32] {
@@ -48,7 +69,8 @@ impl FeatureRow {
 }
 
 impl Model {
-    /// Read `path` (XGBoost JSON) and its sidecar [`ModelMeta::path_for`]`(path)`.
+    /// Read `path` (XGBoost JSON, a converted forest or a `gearbox-mlp`
+    /// network) and its sidecar [`ModelMeta::path_for`]`(path)`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         Self::load_with_sidecar(path, ModelMeta::path_for(path))
@@ -61,13 +83,18 @@ impl Model {
             path: path.to_path_buf(),
             source,
         })?;
+        if is_mlp_document(&bytes).map_err(|e| ModelError::format(path, e))? {
+            let parsed = ParsedMlp::from_slice(&bytes).map_err(|e| ModelError::format(path, e))?;
+            let meta = ModelMeta::load(sidecar)?;
+            return Self::from_mlp_parts(path, sidecar, &parsed, meta);
+        }
         let parsed = ParsedModel::from_slice(&bytes).map_err(|e| ModelError::format(path, e))?;
         let meta = ModelMeta::load(sidecar)?;
         Self::from_parts(path, sidecar, &parsed, meta)
     }
 
-    /// Put together a parsed model and its sidecar; `path` and `sidecar` only
-    /// name them in errors.
+    /// Put together a parsed tree model and its sidecar; `path` and `sidecar`
+    /// only name them in errors.
     pub fn from_parts(
         path: impl AsRef<Path>,
         sidecar: impl AsRef<Path>,
@@ -75,69 +102,64 @@ impl Model {
         meta: ModelMeta,
     ) -> Result<Self, ModelError> {
         let (path, sidecar) = (path.as_ref(), sidecar.as_ref());
-        let mismatch = |reason: String| ModelError::Mismatch {
-            model: path.to_path_buf(),
-            sidecar: sidecar.to_path_buf(),
-            reason,
-        };
-        if meta.objective != parsed.objective.name() {
-            return Err(mismatch(format!(
-                "objective: sidecar says {:?}, model is {:?}",
-                meta.objective,
-                parsed.objective.name()
-            )));
-        }
-        if meta.features.len() != parsed.num_features {
-            return Err(mismatch(format!(
-                "sidecar lists {} features, model takes {}",
-                meta.features.len(),
-                parsed.num_features
-            )));
-        }
-        if !parsed.feature_names.is_empty() {
-            for (i, (ours, theirs)) in meta.features.iter().zip(&parsed.feature_names).enumerate() {
-                if &ours.name != theirs {
-                    return Err(mismatch(format!(
-                        "feature {i}: sidecar says {:?}, model file says {theirs:?}",
-                        ours.name
-                    )));
-                }
-            }
-        }
-        if !meta.class_labels.is_empty() {
-            let classes = match parsed.objective {
-                Objective::BinaryLogistic => 2,
-                Objective::MultiSoftprob { num_class } | Objective::ForestProba { num_class } => num_class,
-                Objective::SquaredError => 0,
-            };
-            if meta.class_labels.len() != classes {
-                return Err(mismatch(format!(
-                    "{} class labels for a model with {classes} classes",
-                    meta.class_labels.len()
-                )));
-            }
-        }
+        check_agreement(
+            path,
+            sidecar,
+            &meta,
+            parsed.objective,
+            parsed.num_features,
+            &parsed.feature_names,
+        )?;
+        Ok(Self::assemble(
+            path,
+            meta,
+            Evaluator::Trees(TreeEnsemble::from_parsed(parsed)),
+        ))
+    }
+
+    /// Put together a parsed dense network and its sidecar (whose `mean`/`std`
+    /// standardise the inputs, and the network's medians with them).
+    pub fn from_mlp_parts(
+        path: impl AsRef<Path>,
+        sidecar: impl AsRef<Path>,
+        parsed: &ParsedMlp,
+        meta: ModelMeta,
+    ) -> Result<Self, ModelError> {
+        let (path, sidecar) = (path.as_ref(), sidecar.as_ref());
+        check_agreement(
+            path,
+            sidecar,
+            &meta,
+            parsed.objective(),
+            parsed.num_features(),
+            parsed.feature_names(),
+        )?;
+        let mlp = Mlp::new(parsed, &scales(&meta));
+        Ok(Self::assemble(path, meta, Evaluator::Mlp(mlp)))
+    }
+
+    fn assemble(path: &Path, meta: ModelMeta, evaluator: Evaluator) -> Self {
         let index = meta
             .features
             .iter()
             .enumerate()
             .map(|(i, f)| (f.name.clone(), i))
             .collect();
-        let scale: Vec<_> = meta.features.iter().map(|f| f.mean.zip(f.std)).collect();
+        let scale = scales(&meta);
         let mut hasher = DefaultHasher::new();
         for f in &meta.features {
             f.name.hash(&mut hasher);
             f.mean.map(f64::to_bits).hash(&mut hasher);
             f.std.map(f64::to_bits).hash(&mut hasher);
         }
-        Ok(Model {
+        Model {
             path: path.to_path_buf(),
-            ensemble: TreeEnsemble::from_parsed(parsed),
+            evaluator,
             meta,
             index,
             scale,
             layout: hasher.finish(),
-        })
+        }
     }
 
     /// The model file this was loaded from.
@@ -150,19 +172,38 @@ impl Model {
         &self.meta
     }
 
-    /// The flattened trees (takes rows already in model order and scale).
-    pub fn ensemble(&self) -> &TreeEnsemble {
-        &self.ensemble
+    /// The flattened trees (takes rows already in model order and scale), if
+    /// this is a tree model.
+    pub fn ensemble(&self) -> Option<&TreeEnsemble> {
+        match &self.evaluator {
+            Evaluator::Trees(t) => Some(t),
+            Evaluator::Mlp(_) => None,
+        }
     }
 
-    /// The objective.
+    /// The dense network (takes rows already in model order and scale), if
+    /// this is a `gearbox-mlp` model.
+    pub fn mlp(&self) -> Option<&Mlp> {
+        match &self.evaluator {
+            Evaluator::Mlp(m) => Some(m),
+            Evaluator::Trees(_) => None,
+        }
+    }
+
+    /// The objective (a network's is [`Objective::BinaryLogistic`]).
     pub fn objective(&self) -> Objective {
-        self.ensemble.objective()
+        match &self.evaluator {
+            Evaluator::Trees(t) => t.objective(),
+            Evaluator::Mlp(m) => m.objective(),
+        }
     }
 
     /// Values a prediction has.
     pub fn num_outputs(&self) -> usize {
-        self.ensemble.num_outputs()
+        match &self.evaluator {
+            Evaluator::Trees(t) => t.num_outputs(),
+            Evaluator::Mlp(m) => m.num_outputs(),
+        }
     }
 
     /// Feature names in model order.
@@ -233,17 +274,25 @@ impl Model {
     }
 
     /// Predict: probabilities for classifiers (one value, P(class 1), for
-    /// `binary:logistic`; one per class otherwise), the value for regression.
+    /// `binary:logistic` and networks; one per class otherwise), the value for
+    /// regression.
     /// `out` takes [`num_outputs`](Self::num_outputs) values. Does not allocate.
     pub fn predict(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
         self.check_row(row)?;
-        self.ensemble.predict(&row.values, out)
+        match &self.evaluator {
+            Evaluator::Trees(t) => t.predict(&row.values, out),
+            Evaluator::Mlp(m) => m.predict(&row.values, out),
+        }
     }
 
-    /// Margins before the link function (XGBoost's `output_margin=True`).
+    /// Margins before the link function (XGBoost's `output_margin=True`; a
+    /// network's output unit before the logistic function).
     pub fn predict_margin(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
         self.check_row(row)?;
-        self.ensemble.predict_margin(&row.values, out)
+        match &self.evaluator {
+            Evaluator::Trees(t) => t.predict_margin(&row.values, out),
+            Evaluator::Mlp(m) => m.predict_margin(&row.values, out),
+        }
     }
 
     fn check_row(&self, row: &FeatureRow) -> Result<(), EvalError> {
@@ -259,6 +308,62 @@ impl Model {
             None => value as f32,
         }
     }
+}
+
+/// Per feature, the sidecar's `(mean, std)`, if any.
+fn scales(meta: &ModelMeta) -> Vec<Option<(f64, f64)>> {
+    meta.features.iter().map(|f| f.mean.zip(f.std)).collect()
+}
+
+/// Checks that a sidecar describes the model it sits beside.
+fn check_agreement(
+    path: &Path,
+    sidecar: &Path,
+    meta: &ModelMeta,
+    objective: Objective,
+    num_features: usize,
+    feature_names: &[String],
+) -> Result<(), ModelError> {
+    let mismatch = |reason: String| ModelError::Mismatch {
+        model: path.to_path_buf(),
+        sidecar: sidecar.to_path_buf(),
+        reason,
+    };
+    if meta.objective != objective.name() {
+        return Err(mismatch(format!(
+            "objective: sidecar says {:?}, model is {:?}",
+            meta.objective,
+            objective.name()
+        )));
+    }
+    if meta.features.len() != num_features {
+        return Err(mismatch(format!(
+            "sidecar lists {} features, model takes {num_features}",
+            meta.features.len(),
+        )));
+    }
+    for (i, (ours, theirs)) in meta.features.iter().zip(feature_names).enumerate() {
+        if &ours.name != theirs {
+            return Err(mismatch(format!(
+                "feature {i}: sidecar says {:?}, model file says {theirs:?}",
+                ours.name
+            )));
+        }
+    }
+    if !meta.class_labels.is_empty() {
+        let classes = match objective {
+            Objective::BinaryLogistic => 2,
+            Objective::MultiSoftprob { num_class } | Objective::ForestProba { num_class } => num_class,
+            Objective::SquaredError => 0,
+        };
+        if meta.class_labels.len() != classes {
+            return Err(mismatch(format!(
+                "{} class labels for a model with {classes} classes",
+                meta.class_labels.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What a gear holds: a model, or the reason there is none.

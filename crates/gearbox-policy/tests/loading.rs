@@ -315,7 +315,7 @@ fn rows_of_the_wrong_shape_are_refused() {
         Err(EvalError::OutputLength { expected: 1, got: 2 })
     );
     assert_eq!(
-        model.ensemble().predict(&[0.0; 3], &mut out),
+        model.ensemble().expect("a tree model").predict(&[0.0; 3], &mut out),
         Err(EvalError::RowLength { expected: 7, got: 3 })
     );
     assert!(matches!(
@@ -449,4 +449,194 @@ fn sidecar_path_replaces_the_json_extension() {
         Path::new("/m/wisetrans.meta.json")
     );
     assert_eq!(ModelMeta::path_for("model"), Path::new("model.meta.json"));
+}
+
+/// A named edit of the shipped dense network and the text its error must contain.
+type MlpCase = (&'static str, fn(&mut Value), &'static str);
+
+#[test]
+fn malformed_mlp_files_are_refused_naming_file_and_field() {
+    let cases: [MlpCase; 11] = [
+        (
+            "layer-chain",
+            |m| m["layers"][1]["weights"].as_array_mut().unwrap().truncate(15),
+            "layers[1].weights: 15 rows, but layers[0] has 16 inputs",
+        ),
+        (
+            "row-length",
+            |m| m["layers"][0]["weights"][2].as_array_mut().unwrap().push(json!(0.5)),
+            "layers[0].weights[2]: 17 values, but layers[0].bias has 16 units",
+        ),
+        (
+            "impute-length",
+            |m| {
+                m["impute"].as_array_mut().unwrap().truncate(6);
+                m.as_object_mut().unwrap().remove("feature_names");
+            },
+            "layers[0].weights: 7 rows, but impute gives 6 inputs",
+        ),
+        (
+            "two-outputs",
+            |m| {
+                for row in m["layers"][2]["weights"].as_array_mut().unwrap() {
+                    row.as_array_mut().unwrap().push(json!(1.0));
+                }
+                m["layers"][2]["bias"].as_array_mut().unwrap().push(json!(0.0));
+            },
+            "layers[2].bias: the logistic output is one unit, found 2",
+        ),
+        ("no-layers", |m| m["layers"] = json!([]), "layers: no layers"),
+        (
+            "empty-bias",
+            |m| {
+                m["layers"][0]["bias"] = json!([]);
+                m["layers"][0]["weights"] = json!(vec![json!([]); 7]);
+            },
+            "layers[0].bias: no units",
+        ),
+        (
+            "activation",
+            |m| m["activation"] = json!("softplus"),
+            "activation \"softplus\"",
+        ),
+        ("output", |m| m["output"] = json!("softmax"), "output \"softmax\""),
+        ("version", |m| m["format_version"] = json!(2), "format_version 2"),
+        (
+            "format",
+            |m| m["format"] = json!("gearbox-cnn"),
+            "format \"gearbox-cnn\"",
+        ),
+        (
+            "names",
+            |m| m["feature_names"].as_array_mut().unwrap().pop().map(drop).unwrap(),
+            "feature_names: 6 names for 7 inputs",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = scratch(&format!("mlp-{name}"));
+        let path = copy_set(&dir, "h_mlp_binary", edit, |_| {});
+        let (file, err) = format_error(Model::load(path));
+        assert!(file.ends_with("m.json"), "{name}: {file:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+}
+
+#[test]
+fn non_finite_or_misspelt_mlp_fields_are_refused_with_line_and_column() {
+    let text = std::fs::read_to_string(vectors_dir().join("h_mlp_binary.json")).unwrap();
+    let meta = vectors_dir().join("h_mlp_binary.meta.json");
+    // JSON has no NaN or infinity: an overflowing number is where one could hide.
+    let overflow = text.replacen("\"bias\":[", "\"bias\":[1e999,", 1);
+    let misspelt = text.replacen("\"impute\"", "\"imputed\"", 1);
+    for (name, doc) in [("overflow", overflow), ("misspelt", misspelt)] {
+        let dir = scratch(&format!("mlp-{name}"));
+        std::fs::write(dir.join("m.json"), doc).unwrap();
+        std::fs::copy(&meta, dir.join("m.meta.json")).unwrap();
+        let (_, err) = format_error(Model::load(dir.join("m.json")));
+        assert!(matches!(err, FormatError::Json(_)), "{name}: {err:?}");
+        assert!(err.to_string().contains("line 1 column"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn mlp_sidecar_must_agree_with_the_network() {
+    let cases: [(&str, Case); 3] = [
+        (
+            "mlp-objective",
+            (
+                "objective",
+                Box::new(|m| m["objective"] = json!("gearbox:mlp")),
+                "objective",
+            ),
+        ),
+        (
+            "mlp-count",
+            (
+                "count",
+                Box::new(|m| {
+                    m["features"].as_array_mut().unwrap().pop();
+                }),
+                "sidecar lists 6 features, model takes 7",
+            ),
+        ),
+        (
+            "mlp-names",
+            (
+                "names",
+                Box::new(|m| m["features"][0]["name"] = json!("loss")),
+                "feature 0: sidecar says \"loss\"",
+            ),
+        ),
+    ];
+    for (dir_name, (name, edit, want)) in cases {
+        let dir = scratch(dir_name);
+        let path = copy_set(&dir, "h_mlp_binary", |_| {}, edit);
+        let err = Model::load(path).unwrap_err();
+        assert!(matches!(err, ModelError::Mismatch { .. }), "{name}: {err:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+}
+
+#[test]
+fn mangled_mlp_files_are_refused_or_evaluated_never_a_panic() {
+    let original = read_json(&vectors_dir().join("h_mlp_binary.json"));
+    let meta = ModelMeta::load(vectors_dir().join("h_mlp_binary.meta.json")).unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut refused = 0;
+    for _ in 0..300 {
+        let mut doc = original.clone();
+        let layer = next(3);
+        let target = match next(4) {
+            0 => &mut doc["impute"],
+            1 => &mut doc["layers"][layer]["bias"],
+            2 => &mut doc["layers"][layer]["weights"],
+            _ => {
+                let rows = doc["layers"][layer]["weights"].as_array().unwrap().len();
+                &mut doc["layers"][layer]["weights"][next(rows)]
+            }
+        };
+        let items = target.as_array_mut().unwrap();
+        match next(4) {
+            0 => {
+                items.pop();
+            }
+            1 => items.push(json!(1.0)),
+            2 => items.clear(),
+            _ => {
+                let i = next(items.len().max(1));
+                if let Some(v) = items.get_mut(i) {
+                    *v = json!("x");
+                }
+            }
+        }
+        match gearbox_policy::ParsedMlp::from_slice(&serde_json::to_vec(&doc).unwrap()) {
+            Err(_) => refused += 1,
+            Ok(parsed) => {
+                // Still consistent (e.g. a layer's rows and the next layer grew together).
+                let Ok(model) = Model::from_mlp_parts("m.json", "m.meta.json", &parsed, meta.clone()) else {
+                    refused += 1;
+                    continue;
+                };
+                let mut out = [0f32];
+                model.predict(&model.empty_row(), &mut out).unwrap();
+                assert!(out[0].is_finite());
+            }
+        }
+    }
+    assert!(refused > 250, "{refused} of 300 mangled files refused");
+}
+
+#[test]
+fn a_tree_model_with_a_format_field_is_refused_not_guessed() {
+    let dir = scratch("format-field");
+    let path = copy_set(&dir, "a_xgb_binary", |m| m["format"] = json!("xgboost"), |_| {});
+    let (_, err) = format_error(Model::load(path));
+    assert!(matches!(err, FormatError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("format \"xgboost\""), "{err}");
 }

@@ -13,6 +13,14 @@ use serde_json::Value;
 /// Probabilities must agree to this absolute difference.
 const PROBA_TOL: f32 = 1e-5;
 /// Margins and regression values: this much relative to max(1, |expected|).
+///
+/// The same two bounds hold the dense network (`h_mlp_binary`) to scikit-learn:
+/// its arithmetic is `f64` like scikit-learn's, so what differs is the feature
+/// row's rounding to `f32` after standardising (2^-24 relative, ~6e-8) carried
+/// through two layers (a log-odds error of order |w| x 6e-8, ~1e-7 here), then
+/// the `f32` output (another 6e-8). 1e-5 leaves two orders of magnitude for BLAS
+/// summation order and `exp`, and still fails a wrong median, scale or weight
+/// orientation by far.
 const MARGIN_REL_TOL: f32 = 1e-5;
 
 fn vectors_dir() -> PathBuf {
@@ -182,6 +190,20 @@ fn xgboost_vector_leaf_trees_match_python() {
         "multi:softprob",
         &[("predict", false), ("output_margin", true)],
     );
+}
+
+#[test]
+fn mlp_classifier_matches_sklearn_predict_proba_and_log_odds() {
+    check_set(
+        "h_mlp_binary",
+        "binary:logistic",
+        &[("predict", false), ("output_margin", true)],
+    );
+    let model = Model::load(vectors_dir().join("h_mlp_binary.json")).unwrap();
+    assert!(model.ensemble().is_none());
+    let mlp = model.mlp().expect("a dense network");
+    assert_eq!(mlp.layer_sizes(), [7, 16, 8, 1]);
+    assert_eq!(model.class_labels(), ["tcp", "quic"]);
 }
 
 #[test]

@@ -1,5 +1,5 @@
-"""Train small tree ensembles with a fixed seed and write the test vectors that
-`crates/gearbox-policy/tests/vectors.rs` checks value for value.
+"""Train small tree ensembles (and one small MLP) with a fixed seed and write the
+test vectors that `crates/gearbox-policy/tests/vectors.rs` checks value for value.
 
 For each set the script writes, under `crates/gearbox-policy/tests/vectors/`:
   <set>.json        the model (XGBoost `save_model` output, or a converted forest)
@@ -17,6 +17,10 @@ max depth 7 and min child weight 1):
   f_dt_binary       DecisionTreeClassifier, binary
   g_xgb_vector_leaf multi:softprob with multi_strategy="multi_output_tree"
                     (one tree per round whose leaves hold all class values)
+  h_mlp_binary      gearbox-mlp: SimpleImputer(median) -> StandardScaler ->
+                    MLPClassifier(16, 8), ReLU, logistic output (the §IV-E2
+                    comparison network, shrunk), ~15% missing values; outputs
+                    are predict_proba[:, 1] and the output unit's log-odds
 
 The data are synthetic (no datasets can be downloaded here): WiseTrans'
 Table I features with a label "QUIC finished sooner than TCP" drawn from a
@@ -24,14 +28,21 @@ hand-made rule plus noise. The rule only has to give the trees something to
 split on; it is not a claim about real networks. Training sets are written as
 CSV to --data-dir (not committed); their sha256 goes into the sidecars.
 
-Run:  PYTHONPATH=python .venv/bin/python -m gearbox.models.make_test_vectors
+Sets a-g draw from one random stream in order, so they are always trained
+together; h_mlp_binary has its own stream. `--only SET` still trains everything
+but writes only that set's three files.
+
+Run:  PYTHONPATH=python .venv/bin/python -m gearbox.models.make_test_vectors [--only h_mlp_binary]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +50,14 @@ import numpy as np
 import sklearn
 import xgboost as xgb
 from sklearn.ensemble import RandomForestClassifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.impute import SimpleImputer
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 
+from gearbox.models.mlp_to_json import save_mlp
 from gearbox.models.sidecar import Feature, Sidecar, sha256_file, write_sidecar
 from gearbox.models.sklearn_to_json import save_forest
 
@@ -61,6 +78,8 @@ class Config:
     rf_trees: int = 20
     rf_max_depth: int = 6
     dt_max_depth: int = 6
+    mlp_hidden: tuple[int, int] = (16, 8)  # §IV-E2 uses (128, 64); small keeps the file small
+    mlp_max_iter: int = 400
     out_dir: Path = Path("crates/gearbox-policy/tests/vectors")
 
 
@@ -269,6 +288,51 @@ def sklearn_set(
     write_json(cfg.out_dir / f"{name}.cases.json", cases_doc(name, names, rows, outputs))
 
 
+def mlp_set(cfg: Config, data_dir: Path, name: str, names: list[str], labels: list[str]) -> None:
+    """The Table II network's pipeline, small, on data with missing values. Expected
+    outputs come from scikit-learn itself: `predict_proba[:, 1]`, and the output
+    unit before the logistic function from the same forward pass with
+    `out_activation_` set to "identity" (the pipeline has no margin method)."""
+    rng = np.random.default_rng([cfg.seed, 8])  # its own stream: a-g are unaffected
+    n = cfg.n_train + cfg.n_cases
+    x = wisetrans_like(rng, n)
+    y = quic_wins(rng, x)
+    x = with_missing(rng, x, cfg.missing_fraction)
+    x_train, y_train, rows = x[: cfg.n_train], y[: cfg.n_train], x[cfg.n_train :]
+    rows[:3] = np.nan  # every input missing: all medians
+    rows[3, :] = rows[4, :] * 50.0  # far outside the training range
+    digest = write_csv(data_dir / f"{name}.train.csv", names, x_train, y_train)
+    model = make_pipeline(
+        SimpleImputer(strategy="median"),
+        StandardScaler(),
+        MLPClassifier(hidden_layer_sizes=cfg.mlp_hidden, max_iter=cfg.mlp_max_iter, random_state=cfg.seed),
+    )
+    # float64, as the training pipeline feeds it: given float32, scikit-learn would
+    # train and predict in float32.
+    with warnings.catch_warnings():  # not converged at max_iter: irrelevant to a test vector
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(x_train.astype(np.float64), y_train)
+    model_path = cfg.out_dir / f"{name}.json"
+    save_mlp(
+        model,
+        model_path,
+        names,
+        model_version=f"test-vectors-{name}-1",
+        training_data_sha256=digest,
+        training_data_file=f"{name}.train.csv",
+        training_rows=len(x_train),
+        class_labels=labels,
+        trainer=f"python/gearbox/models/make_test_vectors.py (scikit-learn {sklearn.__version__})",
+    )
+    logits = copy.deepcopy(model)
+    logits[-1].out_activation_ = "identity"
+    outputs = {
+        "predict": model.predict_proba(rows.astype(np.float64))[:, 1],
+        "output_margin": logits.predict_proba(rows.astype(np.float64))[:, 1],
+    }
+    write_json(cfg.out_dir / f"{name}.cases.json", cases_doc(name, names, rows, outputs))
+
+
 def with_missing(rng: np.random.Generator, x: np.ndarray, fraction: float) -> np.ndarray:
     x = x.copy()
     x[rng.random(x.shape) < fraction] = np.nan
@@ -279,8 +343,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=Config.out_dir)
     ap.add_argument("--data-dir", type=Path, default=None, help="where training CSVs go (default: a temp dir)")
+    ap.add_argument("--only", default=None, help="write only this set's files (e.g. h_mlp_binary)")
     args = ap.parse_args()
     cfg = Config(out_dir=args.out_dir)
+    if args.only:
+        cfg.out_dir = Path(tempfile.mkdtemp(prefix="gearbox-vectors-all-"))
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="gearbox-vectors-"))
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -407,6 +474,18 @@ def main() -> None:
         ["cubic", "bbr", "copa"],
     )
 
+    # (h) The §IV-E2 comparison network, small.
+    mlp_set(cfg, data_dir, "h_mlp_binary", names, binary)
+
+    if args.only:
+        files = sorted(cfg.out_dir.glob(f"{args.only}.*json"))
+        if not files:
+            raise SystemExit(f"no set named {args.only!r}")
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(f, args.out_dir / f.name)
+        print(f"wrote {', '.join(str(args.out_dir / f.name) for f in files)}")
+        return
     total = sum(p.stat().st_size for p in cfg.out_dir.iterdir())
     print(f"wrote {cfg.out_dir} ({total / 1024:.0f} KiB); training CSVs in {data_dir}")
 
