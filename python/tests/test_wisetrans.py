@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import warnings
 from pathlib import Path
 
 import pytest
@@ -263,6 +264,31 @@ def test_train_exports_models_the_gear_can_load(tmp_path: Path) -> None:
         booster = xgboost.Booster(model_file=str(tmp_path / "m" / f"{proto}.json"))
         p = booster.inplace_predict(np.full((1, k), np.nan))
         assert 0.0 <= float(p[0]) <= 1.0
+    # Table II's MLP, on the same features as each XGBoost model, in the gearbox-mlp format;
+    # refitting the same pipeline gives the same network, whose exported file reproduces it.
+    from gearbox.models.mlp_to_json import predict_json
+    from gearbox.models.sidecar import Feature
+
+    a = train.Args(dataset=str(data), mlp_max_iter=50)  # what --quick sets
+    table = train.load_rows(a)
+    for proto in ("tcp", "quic"):
+        xgb_meta = json.loads((tmp_path / "m" / f"{proto}.meta.json").read_text())
+        doc = json.loads((tmp_path / "m" / f"mlp-{proto}.json").read_text())
+        meta = json.loads((tmp_path / "m" / f"mlp-{proto}.meta.json").read_text())
+        names = [f["name"] for f in xgb_meta["features"]]
+        assert [f["name"] for f in meta["features"]] == names == doc["feature_names"]
+        assert meta["objective"] == "binary:logistic" and meta["class_labels"] == ["stay", "switch"]
+        assert meta["training_data"]["sha256"] == ds.sha256_of(data)
+        assert doc["format"] == "gearbox-mlp" and doc["activation"] == "relu"
+        assert [len(layer["bias"]) for layer in doc["layers"]] == [128, 64, 1]
+        mine = [r for r in table if r["protocol"] == proto]
+        x, y = train.matrix(mine, names), np.array([r["label"] for r in mine], dtype=int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 50 epochs do not converge
+            refit = train.mlp(a).fit(x, y)
+        features = [Feature(f["name"], f.get("mean"), f.get("std")) for f in meta["features"]]
+        proba, _ = predict_json(doc, features, x)
+        np.testing.assert_allclose(proba, refit.predict_proba(x)[:, 1], rtol=1e-9, atol=1e-12)
     straw = json.loads((tmp_path / "m" / "strawman.json").read_text())
     assert set(straw) == {"intercept", "rtt_ms", "btlbw_mbps", "loss_rate"}
     table2 = (tmp_path / "r" / "table2.csv").read_text()

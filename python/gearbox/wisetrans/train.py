@@ -9,7 +9,11 @@
 3. Feature importance (XGBoost gain) -> the top 7 (TCP) / top 5 (QUIC) features (§IV-B1).
 4. Export: XGBoost `binary:logistic` on those features -> models/wisetrans/{tcp,quic}.json
    + sidecars (class_labels ["stay", "switch"], training data sha256), the format
-   crates/gearbox-gears loads (docs/wisetrans.md, docs/models.md).
+   crates/gearbox-gears loads (docs/wisetrans.md, docs/models.md). Beside it, Table II's
+   128-64 MLP (median imputation, standardisation) fitted on the SAME features ->
+   models/wisetrans/mlp-{tcp,quic}.json + sidecars (`gearbox-mlp`, docs/models.md "Dense
+   networks"), the Network Monitor of the transport gear's `mlp` mode (§IV-E2's comparison
+   run as a policy). Always exported (seconds with early stopping), also with --export-only.
 5. Strawman (§IV-E1): logistic regression of "QUIC better" on the TCP run's RTT, bandwidth
    (resp_rec_goodput_mbps) and loss (retran_rate) -> models/wisetrans/strawman.json in raw
    units (z = intercept + rtt_ms*RTT + btlbw_mbps*BW + loss_rate*loss).
@@ -25,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +118,11 @@ def candidates(a: Args) -> dict[str, Any]:
     }
 
 
+def mlp(a: Args) -> Any:
+    """Table II's neural network (§IV-E2 footnote 4), exactly as `candidates()` builds it."""
+    return candidates(a)["Neural network"]
+
+
 def cross_validate(model: Any, X: np.ndarray, y: np.ndarray, a: Args, groups: np.ndarray | None = None) -> dict:
     """Mean 10-fold accuracy, macro precision/recall/F1 and mean fit time (s)."""
     from sklearn.base import clone
@@ -177,6 +187,30 @@ def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int) -> 
             trainer=f"python/gearbox/wisetrans/train.py (xgboost {xgb_version}, max_depth {a.max_depth}, "
             f"min_child_weight {a.min_child_weight:g}, {a.n_estimators} trees)",
         ),
+    )
+
+
+def export_mlp(model: Any, names: list[str], path: Path, a: Args, rows: int) -> None:
+    """A fitted `mlp(a)` pipeline -> `gearbox-mlp` file + sidecar (standardisation in the sidecar)."""
+    from sklearn import __version__ as sklearn_version
+
+    from gearbox.models.mlp_to_json import save_mlp
+    from gearbox.models.sidecar import sha256_file
+
+    dataset = REPO_ROOT / a.dataset
+    clf = model[-1]
+    save_mlp(
+        model,
+        path,
+        names,
+        model_version=f"wisetrans-{path.stem}-{sha256_file(dataset)[:12]}",
+        training_data_sha256=sha256_file(dataset),
+        training_data_file=a.dataset,
+        training_rows=rows,
+        class_labels=["stay", "switch"],
+        trainer=f"python/gearbox/wisetrans/train.py (scikit-learn {sklearn_version} MLPClassifier "
+        f"{'-'.join(str(h) for h in a.mlp_hidden)}, {clf.activation}, early_stopping {a.mlp_early_stopping}, "
+        f"{clf.n_iter_} of max_iter {a.mlp_max_iter} epochs)",
     )
 
 
@@ -271,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         grouped = cross_validate(xgb(a), Xt, y, a, groups=groups)
         model = xgb(a).fit(Xt, y)
         export_xgb(model, top, model_dir / f"{proto}.json", a, len(y))
+        # Table II's MLP on the same features, for the `mlp` mode (§IV-E2 as a policy).
+        from sklearn.exceptions import ConvergenceWarning
+
+        t = time.perf_counter()
+        with warnings.catch_warnings():  # --quick stops at 50 epochs: not converged, and fine
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            net = mlp(a).fit(Xt, y)
+        mlp_fit_s, mlp_acc = time.perf_counter() - t, float(net.score(Xt, y))
+        export_mlp(net, top, model_dir / f"mlp-{proto}.json", a, len(y))
         summary["protocols"][proto] = {
             "rows": len(y),
             "switch_share": float(y.mean()),
@@ -279,10 +322,13 @@ def main(argv: list[str] | None = None) -> int:
             "cv_accuracy": plain["accuracy"],
             "grouped_cv_accuracy": grouped["accuracy"],
             "fig14_best": best,
+            "mlp_epochs": int(net[-1].n_iter_),
+            "mlp_train_accuracy": mlp_acc,
         }
         print(
             f"[{proto}] exported {model_dir / f'{proto}.json'}: 10-fold acc {plain['accuracy']:.4f}, "
-            f"grouped by condition {grouped['accuracy']:.4f}"
+            f"grouped by condition {grouped['accuracy']:.4f}; {model_dir / f'mlp-{proto}.json'}: "
+            f"{net[-1].n_iter_} epochs, {mlp_fit_s:.1f} s, training acc {mlp_acc:.4f}"
         )
 
     # 5. Strawman.
@@ -297,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         if table:
             _write_csv(results / f"{name}.csv", table)
     (results / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {model_dir}/{{tcp,quic}}.json (+ .meta.json), strawman.json; {results}/table2.csv, fig14.csv")
+    print(
+        f"wrote {model_dir}/{{tcp,quic,mlp-tcp,mlp-quic}}.json (+ .meta.json), strawman.json; "
+        f"{results}/table2.csv, fig14.csv"
+    )
     return 0
 
 
