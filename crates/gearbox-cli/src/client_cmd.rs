@@ -66,12 +66,14 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// The transport gear of `--proto auto` requests, shared by `get` and `load`.
 #[derive(Debug, clap::Args)]
 pub struct GearArgs {
-    /// Transport gear for `--proto auto`: tcp, quic, wisetrans-v1, wisetrans-v2, strawman
-    /// or race (default wisetrans-v2; giving it implies `--proto auto`). See docs/wisetrans.md.
+    /// Transport gear for `--proto auto`: tcp, quic, wisetrans-v1, wisetrans-v2, strawman,
+    /// mlp (WiseTrans-v1 with Table II's MLP classifier as its monitor) or race (default
+    /// wisetrans-v2; giving it implies `--proto auto`). See docs/wisetrans.md.
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     pub gear: Option<Mode>,
     /// Directory with the gear's models: tcp.json, quic.json (+ .meta.json sidecars),
-    /// strawman.json. Without it WiseTrans chooses TCP (and says so in each record).
+    /// mlp-tcp.json, mlp-quic.json (+ sidecars, for mlp), strawman.json. Without it
+    /// WiseTrans and mlp choose TCP (and say so in each record).
     #[arg(long, value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
     /// TOML file with the gear's settings (`TransportConfig`, docs/wisetrans.md), e.g.

@@ -17,7 +17,9 @@
 //! decides directly, §IV-A1) or WiseTrans-v2 (the monitor's score change triggers live
 //! experiments, §IV-A2). Baselines sit beside it (DESIGN.md principle 3): [`Static`]
 //! (TCP-only, QUIC-only), [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
-//! bandwidth and loss) and [`race::Race`] (what Chromium does: race QUIC against TCP).
+//! bandwidth and loss), `mlp` (WiseTrans-v1 with the monitor's XGBoost models replaced by
+//! Table II's 128-64 MLP, §IV-E2, [`WiseTrans::mlp`]) and [`race::Race`] (what Chromium
+//! does: race QUIC against TCP).
 //! [`transport_gear`] builds any of them from a [`Mode`] name.
 //!
 //! Every choice comes with a reason that the client writes into the record's
@@ -51,7 +53,7 @@ use gearbox_client::{ClientRecord, Protocol, StaticTransport, TransportGear, Tra
 use serde::{Deserialize, Serialize};
 
 pub use features::{FeatureExtractor, Features, FEATURE_NAMES, QUIC_FEATURES, TCP_FEATURES};
-pub use monitor::NetworkMonitor;
+pub use monitor::{NetworkMonitor, MLP_PREFIX};
 pub use probe::{trimmed_mean_drop_farthest, two_most_similar_mean, ProbeAgent};
 pub use race::Race;
 pub use rollback::{RollbackChecker, Verdict};
@@ -119,6 +121,10 @@ pub enum Mode {
     /// The §IV-E1 strawman: a linear boundary over RTT, bandwidth and loss.
     #[serde(rename = "strawman")]
     Strawman,
+    /// WiseTrans-v1 with Table II's MLP classifier as the Network Monitor (§IV-E2,
+    /// footnote 4): `mlp-tcp.json`, `mlp-quic.json`.
+    #[serde(rename = "mlp")]
+    Mlp,
     /// Chromium-style racing (the client's `TransportPref::Race`).
     #[serde(rename = "race")]
     Race,
@@ -126,12 +132,13 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in the order the CLI lists them.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Tcp,
         Mode::Quic,
         Mode::WiseTransV1,
         Mode::WiseTransV2,
         Mode::Strawman,
+        Mode::Mlp,
         Mode::Race,
     ];
 
@@ -143,6 +150,7 @@ impl Mode {
             Mode::WiseTransV1 => "wisetrans-v1",
             Mode::WiseTransV2 => "wisetrans-v2",
             Mode::Strawman => "strawman",
+            Mode::Mlp => "mlp",
             Mode::Race => "race",
         }
     }
@@ -156,7 +164,7 @@ impl std::fmt::Display for Mode {
 
 /// A name that is not a [`Mode`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport gear {name:?}; valid: tcp, quic, wisetrans-v1, wisetrans-v2, strawman, race")]
+#[error("unknown transport gear {name:?}; valid: tcp, quic, wisetrans-v1, wisetrans-v2, strawman, mlp, race")]
 pub struct UnknownMode {
     /// The name given.
     pub name: String,
@@ -481,10 +489,11 @@ impl TransportGear for Static {
 }
 
 /// The transport gear for `mode`. `model_dir` holds the WiseTrans models (`tcp.json`,
-/// `quic.json` and their `.meta.json` sidecars) and the strawman's coefficients
-/// (`strawman.json`); without it, or with a missing or broken model, WiseTrans logs a
-/// warning once and chooses TCP, saying `why=no-model` in every reason, and the strawman
-/// uses its documented default coefficients. Never fails.
+/// `quic.json` and their `.meta.json` sidecars), the `mlp` mode's networks
+/// (`mlp-tcp.json`, `mlp-quic.json` + sidecars) and the strawman's coefficients
+/// (`strawman.json`); without it, or with a missing or broken model, WiseTrans and `mlp`
+/// log a warning once and choose TCP, saying `why=no-model` in every reason, and the
+/// strawman uses its documented default coefficients. Never fails.
 pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportConfig) -> Box<dyn TransportGear> {
     match mode {
         Mode::Tcp => Box::new(Static::new(Transport::Tcp)),
@@ -492,6 +501,7 @@ pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportCon
         Mode::WiseTransV1 => Box::new(WiseTrans::load(Version::V1, model_dir, config)),
         Mode::WiseTransV2 => Box::new(WiseTrans::load(Version::V2, model_dir, config)),
         Mode::Strawman => Box::new(Strawman::load(model_dir, config)),
+        Mode::Mlp => Box::new(WiseTrans::mlp(model_dir, config)),
         Mode::Race => Box::new(Race::new()),
     }
 }

@@ -16,6 +16,13 @@
 //! requests issued in the window, label 0 otherwise. If a sidecar gives
 //! `class_labels`, they must be `["stay", "switch"]`.
 //!
+//! **The `mlp` mode** (§IV-E2, footnote 4: the 128-64 MLP that Table II compares with
+//! XGBoost) loads `mlp-tcp.json` and `mlp-quic.json` instead ([`MLP_PREFIX`],
+//! [`NetworkMonitor::load_prefixed`]): `gearbox-mlp` networks exported by the training
+//! pipeline on the same features. gearbox-policy's [`Model`] evaluates either kind and a
+//! network reports `binary:logistic` (one output, P(class 1)), so nothing below knows
+//! which kind it holds; every rule here applies to both.
+//!
 //! A missing or unusable model (unreadable, malformed, not `binary:logistic`, a feature
 //! the extractor does not produce, wrong class labels) makes the whole monitor
 //! unavailable: it is logged once, and the gear falls back to TCP. Rejected alternative:
@@ -31,6 +38,9 @@ use super::Transport;
 
 /// Class labels a sidecar may give, in output order.
 pub const CLASS_LABELS: [&str; 2] = ["stay", "switch"];
+
+/// File-name prefix of the `mlp` mode's models: `mlp-tcp.json`, `mlp-quic.json`.
+pub const MLP_PREFIX: &str = "mlp-";
 
 /// One protocol's model, its input row (reused) and the extractor feature behind each
 /// model column.
@@ -108,13 +118,22 @@ impl NetworkMonitor {
     /// Loads `dir/tcp.json` and `dir/quic.json` with their sidecars. Never fails: see
     /// [`NetworkMonitor::unavailable`].
     pub fn load(dir: Option<&Path>) -> Self {
+        Self::load_prefixed(dir, "")
+    }
+
+    /// Loads `dir/<prefix>tcp.json` and `dir/<prefix>quic.json` with their sidecars
+    /// (`prefix` [`MLP_PREFIX`]: the `mlp` mode's networks). Never fails.
+    pub fn load_prefixed(dir: Option<&Path>, prefix: &str) -> Self {
         let Some(dir) = dir else {
             tracing::warn!(gear = "transport", "no model directory given; WiseTrans chooses TCP");
             return NetworkMonitor {
                 models: Err("no model directory".into()),
             };
         };
-        let (tcp, quic) = (dir.join("tcp.json"), dir.join("quic.json"));
+        let (tcp, quic) = (
+            dir.join(format!("{prefix}tcp.json")),
+            dir.join(format!("{prefix}quic.json")),
+        );
         Self::from_models((&tcp, Model::load(&tcp)), (&quic, Model::load(&quic)))
     }
 
@@ -199,6 +218,40 @@ pub(crate) mod testing {
         .to_string()
     }
 
+    /// A `gearbox-mlp` network over `features` whose log-odds is
+    /// `bias + slope * relu(retran_rate)` (one hidden unit reading `retran_rate`).
+    pub(crate) fn mlp_json(features: &[&str], bias: f64, slope: f64) -> String {
+        let weights: Vec<Vec<f64>> = features
+            .iter()
+            .map(|f| vec![if *f == "retran_rate" { 1.0 } else { 0.0 }])
+            .collect();
+        serde_json::json!({
+            "format": "gearbox-mlp",
+            "format_version": 1,
+            "activation": "relu",
+            "output": "logistic",
+            "feature_names": features,
+            "impute": vec![0.0; features.len()],
+            "layers": [
+                {"weights": weights, "bias": [0.0]},
+                {"weights": [[slope]], "bias": [bias]},
+            ],
+        })
+        .to_string()
+    }
+
+    /// Writes `mlp-tcp.json` and `mlp-quic.json` networks ([`mlp_json`]) and sidecars.
+    pub(crate) fn write_mlps(dir: &Path, bias: f64, slope: f64) {
+        for (name, features) in [
+            ("tcp", &super::super::TCP_FEATURES[..]),
+            ("quic", &super::super::QUIC_FEATURES[..]),
+        ] {
+            let path = dir.join(format!("{}{name}.json", super::MLP_PREFIX));
+            std::fs::write(&path, mlp_json(features, bias, slope)).expect("write model");
+            std::fs::write(gearbox_policy::ModelMeta::path_for(&path), sidecar_json(features)).expect("write sidecar");
+        }
+    }
+
     /// Writes `tcp.json` and `quic.json` stumps splitting on `retran_rate` at
     /// `threshold`: below it the margin is `low`, above it `high`.
     pub(crate) fn write_stumps(dir: &Path, threshold: f32, low: f32, high: f32) {
@@ -249,6 +302,42 @@ mod tests {
         // Missing features go the default (left) way rather than failing.
         let none = m.score(Transport::Tcp, &features(f64::NAN)).expect("score");
         assert!((none - sigmoid(-2.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_mlp_prefix_loads_the_networks_and_scores_with_them() {
+        let dir = tempfile::tempdir().expect("tmp");
+        testing::write_stumps(dir.path(), 0.05, -2.0, 2.0);
+        testing::write_mlps(dir.path(), -1.0, 20.0);
+        let mut m = NetworkMonitor::load_prefixed(Some(dir.path()), MLP_PREFIX);
+        assert_eq!(m.unavailable(), None);
+        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let p = m.score(Transport::Tcp, &features(0.1)).expect("score");
+        assert!((p - sigmoid(-1.0 + 20.0 * 0.1)).abs() < 1e-6, "{p}");
+        // A missing input takes the network's median (0 here), not a tree's default branch.
+        let none = m.score(Transport::Quic, &features(f64::NAN)).expect("score");
+        assert!((none - sigmoid(-1.0)).abs() < 1e-6, "{none}");
+        // Without the networks the mode is unavailable even though tcp.json is there.
+        std::fs::remove_file(dir.path().join("mlp-quic.json")).expect("rm");
+        let m = NetworkMonitor::load_prefixed(Some(dir.path()), MLP_PREFIX);
+        assert!(
+            m.unavailable().is_some_and(|e| e.contains("mlp-quic.json")),
+            "{:?}",
+            m.unavailable()
+        );
+    }
+
+    #[test]
+    fn the_shipped_mlp_models_load_and_give_probabilities() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/wisetrans");
+        let mut m = NetworkMonitor::load_prefixed(Some(&dir), MLP_PREFIX);
+        assert_eq!(m.unavailable(), None);
+        for t in [Transport::Tcp, Transport::Quic] {
+            for loss in [0.0, 0.05, f64::NAN] {
+                let p = m.score(t, &features(loss)).expect("score");
+                assert!((0.0..=1.0).contains(&p), "{t:?} {loss}: {p}");
+            }
+        }
     }
 
     #[test]

@@ -27,6 +27,12 @@
 //! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
 //! in both versions, unless disabled.
 //!
+//! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
+//! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
+//! (`mlp-tcp.json`, `mlp-quic.json`, [`super::monitor::MLP_PREFIX`]); reasons say `mlp`.
+//! What the comparison isolates is the classifier: features, threshold, dwell, rollback
+//! and fallback are v1's.
+//!
 //! Without both models (missing directory, file, or a broken model), the gear does
 //! nothing of the above: it logs once (at load) and chooses TCP, the web's usual
 //! default, with `phase=fallback;why=no-model` in every reason and the problem itself
@@ -39,10 +45,10 @@ use std::time::{Duration, Instant};
 use gearbox_client::{ClientRecord, TransportGear, TransportPref};
 
 use super::features::FeatureExtractor;
-use super::monitor::NetworkMonitor;
+use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
 use super::rollback::{RollbackChecker, Verdict};
-use super::{decision_field, origin_key, request_cost, Reason, Transport, TransportConfig};
+use super::{decision_field, origin_key, request_cost, Mode, Reason, Transport, TransportConfig};
 
 /// Which WiseTrans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +119,8 @@ struct OriginState {
 #[derive(Debug)]
 pub struct WiseTrans {
     version: Version,
+    /// The mode name written first in every reason (`version.mode()`, or `mlp`).
+    mode: &'static str,
     cfg: TransportConfig,
     monitor: NetworkMonitor,
     origins: HashMap<String, OriginState>,
@@ -130,16 +138,30 @@ impl WiseTrans {
         Self::with_monitor(version, NetworkMonitor::load(model_dir), cfg)
     }
 
+    /// The `mlp` mode: WiseTrans-v1 whose monitor is the MLP pair `mlp-tcp.json`,
+    /// `mlp-quic.json` from `model_dir`; reasons start with `mlp`.
+    pub fn mlp(model_dir: Option<&Path>, cfg: TransportConfig) -> Self {
+        let monitor = NetworkMonitor::load_prefixed(model_dir, MLP_PREFIX);
+        Self::with_monitor(Version::V1, monitor, cfg).named(Mode::Mlp.name())
+    }
+
     /// With a monitor already built.
     pub fn with_monitor(version: Version, monitor: NetworkMonitor, cfg: TransportConfig) -> Self {
         let fallback_detail = monitor.unavailable().map(str::to_string);
         WiseTrans {
             version,
+            mode: version.mode(),
             cfg,
             monitor,
             origins: HashMap::new(),
             fallback_detail,
         }
+    }
+
+    /// The same gear writing `mode` first in its reasons (the behaviour is the version's).
+    pub fn named(mut self, mode: &'static str) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// The protocol currently selected for `origin` (None: never seen).
@@ -156,7 +178,7 @@ impl WiseTrans {
         let detail = self.fallback_detail.take();
         let extra: Vec<(&'static str, &str)> = detail.iter().map(|d| ("detail", d.as_str())).collect();
         let reason = Reason {
-            mode: self.version.mode(),
+            mode: self.mode,
             phase: "fallback",
             score: None,
             choice: TransportPref::Tcp,
@@ -232,7 +254,7 @@ impl TransportGear for WiseTrans {
         if self.monitor.unavailable().is_some() {
             return self.fallback();
         }
-        let version = self.version;
+        let (version, mode) = (self.version, self.mode);
         let cfg = &self.cfg;
         let st = state_of(&mut self.origins, cfg, origin, now);
         if let Some(v) = st.rollback.poll(now) {
@@ -320,7 +342,7 @@ impl TransportGear for WiseTrans {
         }
         let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let reason = Reason {
-            mode: version.mode(),
+            mode,
             phase,
             score: st.score,
             choice: choice.pref(),
@@ -465,7 +487,7 @@ fn probe_ref(decision: &str) -> Option<ProbeRef> {
 #[cfg(test)]
 mod tests {
     use super::super::features::tests::{record, with_counters};
-    use super::super::monitor::testing::write_stumps;
+    use super::super::monitor::testing::{write_mlps, write_stumps};
     use super::*;
     use gearbox_dataplane::telemetry::Protocol;
 
@@ -768,6 +790,64 @@ mod tests {
         for pair in switches.windows(2) {
             assert!(pair[1] - pair[0] >= ms(2000), "switches at least the dwell apart");
         }
+    }
+
+    #[test]
+    fn mlp_mode_is_v1_with_the_mlp_models_and_says_mlp() {
+        // The networks say "switch" (p = 0.88) whatever the window; the XGBoost stumps
+        // beside them say "stay": only the networks may drive this gear.
+        let dir = tempfile::tempdir().expect("tmp");
+        write_stumps(dir.path(), 0.05, -2.0, -2.0);
+        write_mlps(dir.path(), 2.0, 0.0);
+        let cfg = TransportConfig {
+            rollback: false,
+            ..TransportConfig::default()
+        };
+        let mut g = WiseTrans::mlp(Some(dir.path()), cfg);
+        let t0 = Instant::now();
+        let (p, why) = g.choose(ORIGIN, t0);
+        assert_eq!(p, TransportPref::Tcp);
+        assert_eq!(why, "mlp;phase=exploit;score=-;choice=tcp;why=no-score");
+        let mut t = t0;
+        let mut picks = Vec::new();
+        for _ in 0..40 {
+            t += ms(100);
+            let (p, why) = g.choose(ORIGIN, t);
+            assert!(why.starts_with("mlp;phase="), "{why}");
+            assert!(!why.contains("phase=probe"), "v1 never probes: {why}");
+            let tr = if p == TransportPref::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            };
+            picks.push((t, p, why.clone()));
+            g.observe(
+                &done(tr, 50.0, &why, if tr == Transport::Tcp { 1 } else { 2 }, (0, 0)),
+                t + ms(50),
+            );
+        }
+        let switches: Vec<_> = picks.windows(2).filter(|w| w[0].1 != w[1].1).map(|w| w[1].0).collect();
+        assert!(!switches.is_empty(), "switches on the network's p > 0.5");
+        // The network's score shows in the reasons (a switch itself resets it).
+        assert!(picks.iter().any(|(_, _, w)| w.contains("score=0.881;")));
+        assert!(picks.iter().any(|(_, _, w)| w.contains("why=switch-p>0.5")));
+        for pair in switches.windows(2) {
+            assert!(pair[1] - pair[0] >= ms(2000), "v1's dwell holds");
+        }
+
+        // Without the networks: TCP, the v1 fallback, in mlp's words, naming the file.
+        std::fs::remove_file(dir.path().join("mlp-tcp.json")).expect("rm");
+        let mut g = WiseTrans::mlp(Some(dir.path()), TransportConfig::default());
+        let (p, r1) = g.choose(ORIGIN, t0);
+        assert_eq!(p, TransportPref::Tcp);
+        assert!(
+            r1.starts_with("mlp;phase=fallback;score=-;choice=tcp;why=no-model;detail=") && r1.contains("mlp-tcp.json"),
+            "{r1}"
+        );
+        assert_eq!(
+            g.choose(ORIGIN, t0 + ms(1)).1,
+            "mlp;phase=fallback;score=-;choice=tcp;why=no-model"
+        );
     }
 
     #[test]
