@@ -1,7 +1,7 @@
 """`gearbox lab wisetrans` (also `python -m gearbox.wisetrans`): WiseTrans data, training, evaluation.
 
 gearbox lab wisetrans dataset [--no-run]    # lab runs (root) -> data/wisetrans/dataset.parquet
-gearbox lab wisetrans train                 # -> models/wisetrans/{tcp,quic}.json + sidecars, strawman.json
+gearbox lab wisetrans train                 # -> models/wisetrans/{,mlp-}{tcp,quic}.json + sidecars, strawman.json
 gearbox lab wisetrans evaluate [--no-run]   # eval regions (root) -> tables, data/wisetrans/eval.json
 gearbox lab wisetrans all                   # the three in order
 gearbox lab wisetrans demo                  # short version: one changing path, <= 5 min

@@ -64,6 +64,7 @@ MODES = (
     "quic",
     "race",
     "strawman",
+    "mlp",
     "wisetrans-v1",
     "wisetrans-v1-norollback",
     "wisetrans-v1-retrained",
