@@ -339,13 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"strawman: {coef}")
 
+    written = ["train.json"]
     for name, table in (("table2", table2), ("fig14", fig14), ("importance", importance)):
         if table:
             _write_csv(results / f"{name}.csv", table)
+            written.append(f"{name}.csv")
     (results / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"wrote {model_dir}/{{tcp,quic,mlp-tcp,mlp-quic}}.json (+ .meta.json), strawman.json; "
-        f"{results}/table2.csv, fig14.csv"
+        f"{results}/{{{','.join(written)}}}"
     )
     return 0
 
