@@ -4,7 +4,9 @@
 //! record (feature update + Network Monitor evaluation) and `choose` the next one's
 //! transport (decision + reason string). The models are synthetic, 300 trees of depth 7
 //! (gearbox-policy's generator; §IV-B1 uses depth 7), with Table I's 7 features for TCP
-//! and 5 for QUIC. Prints p50/p99 in microseconds.
+//! and 5 for QUIC. Then one evaluation of each shipped TCP model in `models/wisetrans`
+//! (the trained XGBoost and Table II's 128-64 MLP, mode `mlp`). Prints p50/p99 in
+//! microseconds.
 //!
 //! ```text
 //! cargo run --release -p gearbox-gears --example decision_bench [-- ITERATIONS]
@@ -137,5 +139,30 @@ fn main() -> std::io::Result<()> {
     let (e50, e99) = percentiles(eval);
     println!("feature update alone: p50 {u50:.2} us, p99 {u99:.2} us");
     println!("model evaluation alone (TCP, 7 features): p50 {e50:.2} us, p99 {e99:.2} us");
+
+    // The shipped models, on the same feature rows.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/wisetrans");
+    for (what, prefix) in [("shipped XGBoost tcp.json", ""), ("shipped MLP mlp-tcp.json", "mlp-")] {
+        let mut monitor = NetworkMonitor::load_prefixed(Some(&shipped), prefix);
+        let mut rng = SplitMix64::new(9);
+        let mut fx = FeatureExtractor::new(Duration::from_secs(10), 256);
+        let mut eval = Vec::with_capacity(iterations);
+        for i in 0..iterations as u64 {
+            let now = t0 + Duration::from_millis(5 * i);
+            fx.observe(&record(&mut rng, i, Protocol::H2), now);
+            let f = fx.features(Transport::Tcp, now);
+            let start = Instant::now();
+            let p = monitor.score(Transport::Tcp, &f);
+            eval.push(start.elapsed().as_nanos() as u64);
+            if p.is_none() {
+                println!("{what}: not loadable from {} (see the warning)", shipped.display());
+                break;
+            }
+        }
+        if eval.len() == iterations {
+            let (p50, p99) = percentiles(eval);
+            println!("{what} evaluation: p50 {p50:.2} us, p99 {p99:.2} us");
+        }
+    }
     Ok(())
 }
