@@ -71,6 +71,9 @@ class Args:
     forest_trees: int = 100  # sklearn's default
     quick: bool = False  # tests: 3 folds, tiny grid, no SVM/MLP timing worth reading
     export_only: bool = False  # skip Fig. 14 and Table II: importance, export, strawman (a retrained model)
+    # Also save a 300-tree depth-7 XGBoost booster of the TCP rows here: the speed
+    # target's model size, for `tree_bench --model` (docs/models.md "Speed"). Not shipped.
+    bench_model: str | None = None
 
 
 def xgb(a: Args, max_depth: int | None = None, min_child_weight: float | None = None) -> Any:
@@ -249,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results-dir", default=a.results_dir)
     p.add_argument("--quick", action="store_true", help="3 folds, a 2 x 2 grid (tests)")
     p.add_argument("--export-only", action="store_true", help="skip Fig. 14 and Table II (a retrained model)")
+    p.add_argument("--bench-model", metavar="FILE", help="also save a 300-tree depth-7 TCP booster (tree_bench)")
     ns = p.parse_args(argv)
+    a.bench_model = ns.bench_model
     a.dataset, a.model_dir, a.results_dir, a.quick = ns.dataset, ns.model_dir, ns.results_dir, ns.quick
     a.export_only = ns.export_only
     if a.quick:
@@ -315,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         grouped = cross_validate(xgb(a), Xt, y, a, groups=groups)
         model = xgb(a).fit(Xt, y)
         export_xgb(model, top, model_dir / f"{proto}.json", a, len(y))
+        if a.bench_model and proto == "tcp":
+            big = xgb(a)
+            big.set_params(n_estimators=300)
+            big.fit(Xt, y).get_booster().save_model(a.bench_model)
+            print(f"[tcp] wrote {a.bench_model}: 300 trees, max_depth {a.max_depth}, for tree_bench --model")
         # Table II's MLP on the same features, for the `mlp` mode (§IV-E2 as a policy).
         from sklearn.exceptions import ConvergenceWarning
 
