@@ -522,7 +522,9 @@ fn edge(a: EdgeBenchArgs) -> anyhow::Result<()> {
     let load_before = load_average();
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let rows = rt.block_on(measure(&a, size, &cert, &targets))?;
-    let others_pct = ((machine_busy_s() - busy0) - (ours() - ours0)) / wall0.elapsed().as_secs_f64() * 100.0;
+    // The machine's and the processes' counters tick apart, so an idle machine can come out
+    // a percent or so below zero: that is zero.
+    let others_pct = (((machine_busy_s() - busy0) - (ours() - ours0)) / wall0.elapsed().as_secs_f64() * 100.0).max(0.0);
     drop(targets);
     drop(gearbox);
     drop(caddy);
