@@ -327,3 +327,13 @@ def test_selection_accuracy_compares_each_request_with_ideals_window_choice() ->
     got = ev.selection_accuracy(run, {0: "quic", 1: "tcp"}, 10_000.0)
     assert got == {"judged": 4, "correct": 3}
     assert ev.selection_accuracy([], {0: "tcp"}, 10_000.0) == {"judged": 0, "correct": 0}
+
+
+def test_gap_attribution_splits_the_gap_between_exploration_and_the_rest() -> None:
+    tcp = [rec("h2", 0, "/a", 0, 100), rec("h2", 0, "/b", 0, 100)]
+    quic = [rec("h3", 0, "/a", 0, 50), rec("h3", 0, "/b", 0, 50)]  # Ideal: QUIC, 50 + 50
+    probe = "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-1of6;ex=1"
+    stay = "wisetrans-v2;phase=exploit;score=0.1;choice=tcp;why=stay"
+    mode = [rec("h2", 0, "/a", 0, 80, decision=probe), rec("h2", 0, "/b", 0, 130, decision=stay)]
+    got = ev.gap_attribution(mode, tcp, quic, 10_000.0, 10_000.0)
+    assert got == {"explore_gap_ms": 30.0, "other_gap_ms": 80.0, "ideal_ms": 100.0}

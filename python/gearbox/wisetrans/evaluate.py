@@ -151,6 +151,36 @@ def selection_accuracy(records: list[dict[str, Any]], window_choice: dict[int, s
     return {"judged": judged, "correct": correct}
 
 
+def gap_attribution(
+    records: list[dict[str, Any]],
+    run_tcp: list[dict[str, Any]],
+    run_quic: list[dict[str, Any]],
+    window_ms: float,
+    failed_cost_ms: float,
+) -> dict[str, float]:
+    """Where a run's gap to Ideal comes from: the sum of (cost - Ideal's cost of the same
+    request) over its exploration requests (probe slots and extras) and over the rest, and
+    Ideal's total over the same requests, ms. Requests are matched by (click, url, k)."""
+    t0 = min(float(r["time_unix_ms"]) for r in run_tcp) if run_tcp else 0.0
+    choice = {x["window"]: x["choice"] for x in ds.ideal_choice(run_tcp, run_quic, window_ms, failed_cost_ms)}
+    quic_by_key = dict(zip(ds.match_keys(run_quic), run_quic, strict=True))
+    ideal_cost = {}
+    for key, r in zip(ds.match_keys(run_tcp), run_tcp, strict=True):
+        q = quic_by_key.get(key)
+        if q is not None:
+            w = int((float(r["time_unix_ms"]) - t0) // window_ms)
+            ideal_cost[key] = ds.request_cost_ms(q if choice.get(w) == "quic" else r, failed_cost_ms)
+    out = {"explore_gap_ms": 0.0, "other_gap_ms": 0.0, "ideal_ms": 0.0}
+    for key, r in zip(ds.match_keys(records), records, strict=True):
+        if key not in ideal_cost:
+            continue
+        why = parse_decision(r.get("decision")).get("why", "")
+        gap = ds.request_cost_ms(r, failed_cost_ms) - ideal_cost[key]
+        out["explore_gap_ms" if why.startswith("probe-") and why != "probe-wait" else "other_gap_ms"] += gap
+        out["ideal_ms"] += ideal_cost[key]
+    return out
+
+
 def runs_by_policy(lab_out: Path) -> dict[tuple[str, int], dict[str, Path]]:
     """(condition, repetition) -> policy -> run folder."""
     out: dict[tuple[str, int], dict[str, Path]] = {}
@@ -188,6 +218,9 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                 for policy, rs in recs.items():
                     if policy not in ("tcp", "quic") and dives.get(policy):
                         dives[policy][-1].update(selection_accuracy(rs, window_choice, a.window_ms))
+                        dives[policy][-1].update(
+                            gap_attribution(rs, recs["tcp"], recs["quic"], a.window_ms, a.failed_cost_ms)
+                        )
             for mode, m in means.items():
                 spread = per_run.setdefault(mode, {"vs_tcp": [], "vs_quic": [], "gap_ideal": []})
                 for key, base, sign in (("vs_tcp", "tcp", 1), ("vs_quic", "quic", 1), ("gap_ideal", "ideal", -1)):
@@ -205,14 +238,26 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                     b, v = table[base][stat], row[stat]
                     row[f"vs_{base}_{stat}"] = (1 - v / b) if b and v is not None else None
     for mode, ds_list in dives.items():
-        total = {k: 0.0 for k in ("requests", "switches", "rollbacks", "judged", "correct")}
+        total = {
+            k: 0.0
+            for k in (
+                "requests",
+                "switches",
+                "rollbacks",
+                "judged",
+                "correct",
+                "explore_gap_ms",
+                "other_gap_ms",
+                "ideal_ms",
+            )
+        }
         probes = helped = 0.0
         for d in ds_list:
             total["requests"] += d["requests"]
             total["switches"] += d["switches"]
             total["rollbacks"] += d["rollbacks"]
-            total["judged"] += d.get("judged", 0)
-            total["correct"] += d.get("correct", 0)
+            for k in ("judged", "correct", "explore_gap_ms", "other_gap_ms", "ideal_ms"):
+                total[k] += d.get(k, 0)
             probes += (d["exploration_freq"] or 0) * d["requests"]
             helped += (d["switches_helped"] or 0) * d["switches"]
         n, s = total["requests"], total["switches"]
@@ -224,6 +269,9 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             "rollback_rate": total["rollbacks"] / s if s else None,
             "quic_share": float(np.mean([d["quic_share"] or 0 for d in ds_list])),
             "selection_accuracy": total["correct"] / total["judged"] if total["judged"] else None,
+            # Gap to Ideal (share of Ideal's total) from exploration requests and from the rest.
+            "gap_from_exploration": total["explore_gap_ms"] / total["ideal_ms"] if total["ideal_ms"] else None,
+            "gap_from_other": total["other_gap_ms"] / total["ideal_ms"] if total["ideal_ms"] else None,
         }
     return table
 
@@ -277,15 +325,16 @@ def format_region(name: str, table: dict[str, Any]) -> str:
         lines += [
             "",
             "| mode | QUIC share | agrees with Ideal | exploration freq | switches | switching freq "
-            "| switches that helped | rollback rate |",
-            "|---|---|---|---|---|---|---|---|",
+            "| switches that helped | rollback rate | gap to Ideal from exploring / the rest |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for m, d in dd:
             f = lambda v: "-" if v is None else f"{v * 100:.1f}%"  # noqa: E731
             lines.append(
                 f"| {m} | {f(d['quic_share'])} | {f(d.get('selection_accuracy'))} | {f(d['exploration_freq'])} | "
                 f"{d['switches']} | "
-                f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} |"
+                f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} | "
+                f"{pct(d.get('gap_from_exploration'))} / {pct(d.get('gap_from_other'))} |"
             )
     return "\n".join(lines)
 
