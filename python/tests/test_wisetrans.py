@@ -335,5 +335,5 @@ def test_gap_attribution_splits_the_gap_between_exploration_and_the_rest() -> No
     probe = "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-1of6;ex=1"
     stay = "wisetrans-v2;phase=exploit;score=0.1;choice=tcp;why=stay"
     mode = [rec("h2", 0, "/a", 0, 80, decision=probe), rec("h2", 0, "/b", 0, 130, decision=stay)]
-    got = ev.gap_attribution(mode, tcp, quic, 10_000.0, 10_000.0)
+    got = ev.gap_attribution(mode, ds.ideal_choice(tcp, quic), 10_000.0)
     assert got == {"explore_gap_ms": 30.0, "other_gap_ms": 80.0, "ideal_ms": 100.0}

@@ -197,27 +197,34 @@ def ideal_choice(
 ) -> list[dict[str, Any]]:
     """§IV-C's Ideal on identical replays: the requests of both runs matched by (click, url, k)
     and grouped into windows of `window_ms` by send time since the first send; per window the
-    protocol with the lower summed cost. Returns one dict per matched request: `window`,
-    `choice` ("tcp"/"quic"), `rct_ms` (the chosen run's cost), `tcp_ms`, `quic_ms`.
-    Tie: TCP (the default transport)."""
+    protocol with the lower summed cost. Returns one dict per matched request: `key` (its
+    match key), `window`, `choice` ("tcp"/"quic"), `rct_ms` (the chosen run's cost), `tcp_ms`,
+    `quic_ms`. Tie: TCP (the default transport)."""
     if not run_tcp or not run_quic:
         return []
     q_by_key = dict(zip(match_keys(run_quic), run_quic, strict=True))
     t0 = min(float(r["time_unix_ms"]) for r in run_tcp)
-    windows: dict[int, list[tuple[float, float]]] = {}
+    windows: dict[int, list[tuple[Any, float, float]]] = {}
     for key, r in zip(match_keys(run_tcp), run_tcp, strict=True):
         q = q_by_key.get(key)
         if q is None:
             continue
         w = int((float(r["time_unix_ms"]) - t0) // window_ms)
-        windows.setdefault(w, []).append((request_cost_ms(r, failed_cost_ms), request_cost_ms(q, failed_cost_ms)))
+        windows.setdefault(w, []).append((key, request_cost_ms(r, failed_cost_ms), request_cost_ms(q, failed_cost_ms)))
     out = []
     for w in sorted(windows):
-        pairs = windows[w]
-        choice = "quic" if sum(q for _, q in pairs) < sum(t for t, _ in pairs) else "tcp"
-        for t, q in pairs:
+        triples = windows[w]
+        choice = "quic" if sum(q for _, _, q in triples) < sum(t for _, t, _ in triples) else "tcp"
+        for key, t, q in triples:
             out.append(
-                {"window": w, "choice": choice, "rct_ms": q if choice == "quic" else t, "tcp_ms": t, "quic_ms": q}
+                {
+                    "key": key,
+                    "window": w,
+                    "choice": choice,
+                    "rct_ms": q if choice == "quic" else t,
+                    "tcp_ms": t,
+                    "quic_ms": q,
+                }
             )
     return out
 

@@ -103,9 +103,7 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
     recs = sorted(records, key=lambda r: r["time_unix_ms"])
     dec = [parse_decision(r.get("decision")) for r in recs]
     n = len(recs)
-    # Probe slots only: requests that wait for the slots' results (`probe-wait`) ride on the
-    # last selected protocol and are not experiments.
-    probes = sum(1 for d in dec if d.get("why", "").startswith("probe-") and d.get("why") != "probe-wait")
+    probes = sum(1 for d in dec if is_exploration(d))
     rollbacks = sum(1 for d in dec if "rollback" in d)
     switches_at = []
     prev = None
@@ -151,32 +149,25 @@ def selection_accuracy(records: list[dict[str, Any]], window_choice: dict[int, s
     return {"judged": judged, "correct": correct}
 
 
-def gap_attribution(
-    records: list[dict[str, Any]],
-    run_tcp: list[dict[str, Any]],
-    run_quic: list[dict[str, Any]],
-    window_ms: float,
-    failed_cost_ms: float,
-) -> dict[str, float]:
+def is_exploration(decision: dict[str, str]) -> bool:
+    """A probe slot or extra (`why=probe-...`); `probe-wait` requests ride on the last
+    selected protocol and are not experiments."""
+    why = decision.get("why", "")
+    return why.startswith("probe-") and why != "probe-wait"
+
+
+def gap_attribution(records: list[dict[str, Any]], ideal: list[dict[str, Any]], failed_cost_ms: float) -> dict:
     """Where a run's gap to Ideal comes from: the sum of (cost - Ideal's cost of the same
     request) over its exploration requests (probe slots and extras) and over the rest, and
-    Ideal's total over the same requests, ms. Requests are matched by (click, url, k)."""
-    t0 = min(float(r["time_unix_ms"]) for r in run_tcp) if run_tcp else 0.0
-    choice = {x["window"]: x["choice"] for x in ds.ideal_choice(run_tcp, run_quic, window_ms, failed_cost_ms)}
-    quic_by_key = dict(zip(ds.match_keys(run_quic), run_quic, strict=True))
-    ideal_cost = {}
-    for key, r in zip(ds.match_keys(run_tcp), run_tcp, strict=True):
-        q = quic_by_key.get(key)
-        if q is not None:
-            w = int((float(r["time_unix_ms"]) - t0) // window_ms)
-            ideal_cost[key] = ds.request_cost_ms(q if choice.get(w) == "quic" else r, failed_cost_ms)
+    Ideal's total over the same requests, ms. `ideal` is dataset.ideal_choice of the run's
+    static pair; requests are matched by its `key`."""
+    ideal_cost = {x["key"]: x["rct_ms"] for x in ideal}
     out = {"explore_gap_ms": 0.0, "other_gap_ms": 0.0, "ideal_ms": 0.0}
     for key, r in zip(ds.match_keys(records), records, strict=True):
         if key not in ideal_cost:
             continue
-        why = parse_decision(r.get("decision")).get("why", "")
         gap = ds.request_cost_ms(r, failed_cost_ms) - ideal_cost[key]
-        out["explore_gap_ms" if why.startswith("probe-") and why != "probe-wait" else "other_gap_ms"] += gap
+        out["explore_gap_ms" if is_exploration(parse_decision(r.get("decision"))) else "other_gap_ms"] += gap
         out["ideal_ms"] += ideal_cost[key]
     return out
 
@@ -218,9 +209,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                 for policy, rs in recs.items():
                     if policy not in ("tcp", "quic") and dives.get(policy):
                         dives[policy][-1].update(selection_accuracy(rs, window_choice, a.window_ms))
-                        dives[policy][-1].update(
-                            gap_attribution(rs, recs["tcp"], recs["quic"], a.window_ms, a.failed_cost_ms)
-                        )
+                        dives[policy][-1].update(gap_attribution(rs, ideal, a.failed_cost_ms))
             for mode, m in means.items():
                 spread = per_run.setdefault(mode, {"vs_tcp": [], "vs_quic": [], "gap_ideal": []})
                 for key, base, sign in (("vs_tcp", "tcp", 1), ("vs_quic", "quic", 1), ("gap_ideal", "ideal", -1)):

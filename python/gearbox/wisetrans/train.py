@@ -36,16 +36,7 @@ from typing import Any
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-FEATURES = (
-    "retran_rate",
-    "rtt_avg_ms",
-    "resp_rec_goodput_mbps",
-    "ttfb_avg_ms",
-    "ttfb_ms",
-    "ttfb_rate",
-    "req_cmpl_goodput_mbps",
-)
+from gearbox.wisetrans.dataset import FEATURES, REPO_ROOT
 
 
 @dataclass
