@@ -302,6 +302,21 @@ struct Sample {
     other_udp_drops: u64,
 }
 
+impl Sample {
+    /// The progress line of one repeat; `value` is formatted with its precision, `unit`
+    /// follows it.
+    fn log(&self, what: &str, label: &str, repeat: usize, value: &str, unit: &str) {
+        eprintln!(
+            "bench: {:<23} #{repeat}: {value:>8} {unit} (cpu client {:.0}%, server {:.0}%; udp drops: server {}, client {})",
+            format!("{what} {label}"),
+            self.client_cpu_pct,
+            self.server_cpu_pct,
+            self.server_udp_drops,
+            self.other_udp_drops
+        );
+    }
+}
+
 /// What a row of the table measures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
@@ -548,15 +563,12 @@ async fn measure(a: &EdgeBenchArgs, size: u64, cert: &Path, targets: &[Target<'_
         for r in 0..a.repeats {
             for (i, t) in targets.iter().enumerate() {
                 let s = bulk_once(&clients[i], t, pref, size).await?;
-                eprintln!(
-                    "bench: {proto} bulk {:<15} #{}: {:>8.1} MB/s (cpu client {:.0}%, server {:.0}%; udp drops: server {}, client {})",
+                s.log(
+                    &format!("{proto} bulk"),
                     t.label,
                     r + 1,
-                    s.value,
-                    s.client_cpu_pct,
-                    s.server_cpu_pct,
-                    s.server_udp_drops,
-                    s.other_udp_drops
+                    &format!("{:.1}", s.value),
+                    "MB/s",
                 );
                 bulk[i].push(s);
             }
@@ -574,15 +586,12 @@ async fn measure(a: &EdgeBenchArgs, size: u64, cert: &Path, targets: &[Target<'_
                 // A fresh connection for every run: each starts from the same state.
                 let c = new_client(cert)?;
                 let s = small_once(&c, t, pref, a).await?;
-                eprintln!(
-                    "bench: {proto} small {:<14} #{}: {:>8.0} req/s (cpu client {:.0}%, server {:.0}%; udp drops: server {}, client {})",
+                s.log(
+                    &format!("{proto} small"),
                     t.label,
                     r + 1,
-                    s.value,
-                    s.client_cpu_pct,
-                    s.server_cpu_pct,
-                    s.server_udp_drops,
-                    s.other_udp_drops
+                    &format!("{:.0}", s.value),
+                    "req/s",
                 );
                 small[i].push(s);
             }
