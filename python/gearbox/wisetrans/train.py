@@ -167,14 +167,14 @@ def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int) -> 
 
     path.parent.mkdir(parents=True, exist_ok=True)
     model.get_booster().save_model(str(path))
-    dataset = REPO_ROOT / a.dataset
+    digest = sha256_file(REPO_ROOT / a.dataset)
     write_sidecar(
         path,
         Sidecar(
-            model_version=f"wisetrans-{path.stem}-{sha256_file(dataset)[:12]}",
+            model_version=f"wisetrans-{path.stem}-{digest[:12]}",
             objective="binary:logistic",
             features=[Feature(n) for n in names],
-            training_data_sha256=sha256_file(dataset),
+            training_data_sha256=digest,
             training_data_file=a.dataset,
             training_rows=rows,
             class_labels=["stay", "switch"],
@@ -191,14 +191,14 @@ def export_mlp(model: Any, names: list[str], path: Path, a: Args, rows: int) -> 
     from gearbox.models.mlp_to_json import save_mlp
     from gearbox.models.sidecar import sha256_file
 
-    dataset = REPO_ROOT / a.dataset
+    digest = sha256_file(REPO_ROOT / a.dataset)
     clf = model[-1]
     save_mlp(
         model,
         path,
         names,
-        model_version=f"wisetrans-{path.stem}-{sha256_file(dataset)[:12]}",
-        training_data_sha256=sha256_file(dataset),
+        model_version=f"wisetrans-{path.stem}-{digest[:12]}",
+        training_data_sha256=digest,
         training_data_file=a.dataset,
         training_rows=rows,
         class_labels=["stay", "switch"],
