@@ -107,25 +107,29 @@ impl ServerGuard {
         format!("https://127.0.0.1:{}", self.port)
     }
 
-    /// The server's log, for assertion messages.
+    /// The server's log (printed when a test fails while the guard is alive).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_ready(&mut self, udp_too: bool) {
+    /// Waits until the server completes a TLS handshake on its TCP port (and, when
+    /// `udp_too`, has bound its UDP port). A TCP accept alone only shows that the
+    /// listening socket exists: nginx's master binds it before its worker serves.
+    fn wait_ready(&mut self, udp_too: bool, cert: &Path) {
         let deadline = Instant::now() + Duration::from_secs(15);
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("{} exited early ({status}); log:\n{}", self.name, self.log());
             }
-            let tcp_up = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
-            if tcp_up && (!udp_too || udp_port_bound(self.port)) {
-                return;
-            }
+            let last = match tls_handshake(addr, cert) {
+                Ok(()) if !udp_too || udp_port_bound(self.port) => return,
+                Ok(()) => "UDP port not bound yet".to_string(),
+                Err(e) => e,
+            };
             assert!(
                 Instant::now() < deadline,
-                "{} did not listen on port {} within 15 s; log:\n{}",
+                "{} did not complete a TLS handshake on port {} within 15 s (last: {last}); log:\n{}",
                 self.name,
                 self.port,
                 self.log()
@@ -135,11 +139,32 @@ impl ServerGuard {
     }
 }
 
+/// One blocking TLS 1.3 handshake with `addr`, trusting `cert`.
+fn tls_handshake(addr: SocketAddr, cert: &Path) -> Result<(), String> {
+    let cfg = gearbox_dataplane::tls::client_config(&Trust::Roots(vec![cert.to_path_buf()]), &[b"http/1.1"])
+        .map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("a valid server name");
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name).map_err(|e| e.to_string())?;
+    let mut tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 impl Drop for ServerGuard {
     /// Stops the server's whole process group: nginx's workers outlive a killed master,
     /// so killing only the child would leave them running. TERM first (nginx's master
-    /// then stops its workers), KILL whatever is left after two seconds.
+    /// then stops its workers), KILL whatever is left after two seconds. When the test
+    /// is failing, prints the server's log first.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- {} log ({}):\n{}", self.name, self.log.display(), self.log());
+        }
         let group = -(self.child.id() as i32);
         // SAFETY: kill(2) on our own child's process group; no memory is involved.
         unsafe { libc::kill(group, libc::SIGTERM) };
@@ -207,7 +232,7 @@ pub fn caddy(site: &Site) -> ServerGuard {
         name: "caddy",
         log,
     };
-    guard.wait_ready(true);
+    guard.wait_ready(true, &site.cert());
     guard
 }
 
@@ -257,7 +282,7 @@ pub fn nginx(site: &Site, http2: bool, keepalive_s: u32) -> ServerGuard {
         name: "nginx",
         log,
     };
-    guard.wait_ready(false);
+    guard.wait_ready(false, &site.cert());
     guard
 }
 
