@@ -306,13 +306,15 @@ def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
         rec("h2", 0, "/1", 1000, 500, decision=d("probe", "tcp")),
         rec("h3", 0, "/2", 2000, 100, decision=d("probe", "quic")),
         rec("h3", 0, "/3", 3000, 100, decision=d("exploit", "quic")),  # switch, helped (500 -> 100)
-        rec("h2", 0, "/4", 4000, 300, decision=d("exploit", "tcp", ";rollback=1->2")),
-    ]  # switch back
+        rec("h2", 0, "/4", 4000, 300, decision=d("exploit", "tcp", ";rollback=1->2")),  # switch back
+        rec("h3", 0, "/5", 5000, 100, decision=d("probe", "quic", ";trigger=rollback-check;recheck=1->2")),
+    ]
     dive = ev.deep_dive(run, 10_000.0, 10_000.0)
-    assert dive["exploration_freq"] == pytest.approx(2 / 5)
+    assert dive["exploration_freq"] == pytest.approx(3 / 6)
     assert dive["switches"] == 2
     assert dive["rollbacks"] == 1 and dive["rollback_rate"] == pytest.approx(0.5)
-    assert dive["quic_share"] == pytest.approx(2 / 5)
+    assert dive["rechecks"] == 1
+    assert dive["quic_share"] == pytest.approx(3 / 6)
     assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"
 
 

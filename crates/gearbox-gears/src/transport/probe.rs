@@ -53,6 +53,9 @@ pub enum Trigger {
     PathChange,
     /// The Network Monitor's score moved past the threshold since the last exploration.
     ScoreJump,
+    /// The Rollback Checker found the last switch made things worse
+    /// (`TransportConfig::rollback_reexplore`).
+    RollbackCheck,
 }
 
 impl Trigger {
@@ -62,6 +65,7 @@ impl Trigger {
             Trigger::NewOrigin => "new-origin",
             Trigger::PathChange => "path-change",
             Trigger::ScoreJump => "score-jump",
+            Trigger::RollbackCheck => "rollback-check",
         }
     }
 }

@@ -16,6 +16,8 @@
 //!   the average completion time.
 //!
 //! The checker can be disabled (§IV-E4: "an optional module"); then every switch stands.
+//! What a rollback verdict does is the gear's: WiseTrans-v2 by default explores again
+//! instead of going back (`TransportConfig::rollback_reexplore`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -25,7 +25,11 @@
 //! while the exploration runs are the exploration's extras (`why=probe-extra`, up to
 //! `probe_max_extra`), see [`super::probe`]; with it off, the seed's rule: they use the
 //! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
-//! in both versions, unless disabled.
+//! in both versions, unless disabled. When it finds a switch made things worse, v1 goes
+//! back; v2 by default explores again (`trigger=rollback-check`, the next reason says
+//! `recheck=<before>-><after>`) so that a path that worsened after the switch is not
+//! blamed on the protocol (`TransportConfig::rollback_reexplore`; `false`: go back, the
+//! seed's rule).
 //!
 //! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
 //! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
@@ -82,6 +86,12 @@ enum Event {
     },
     /// The rollback checker undid a switch.
     RolledBack {
+        before: f64,
+        after: f64,
+    },
+    /// The rollback checker found a switch made things worse, and v2 explores again
+    /// instead of undoing it.
+    Recheck {
         before: f64,
         after: f64,
     },
@@ -230,15 +240,24 @@ fn state_of<'a>(
     st
 }
 
-/// Applies a rollback verdict to an origin's state.
-fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &TransportConfig) {
-    if let Verdict::RollBack { to, before, after } = v {
-        st.current = to;
+/// Applies a rollback verdict to an origin's state: back to the previous protocol, or
+/// for v2 with `rollback_reexplore` a new exploration on the next request.
+fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, version: Version, cfg: &TransportConfig) {
+    let Verdict::RollBack { to, before, after } = v else {
+        return;
+    };
+    if version == Version::V2 && cfg.rollback_reexplore {
+        st.pending = Some(Trigger::RollbackCheck);
         st.score = None;
         st.history_score = None;
-        st.hold_until = Some(now + ms(cfg.rollback_hold_ms));
-        st.event = Event::RolledBack { before, after };
+        st.event = Event::Recheck { before, after };
+        return;
     }
+    st.current = to;
+    st.score = None;
+    st.history_score = None;
+    st.hold_until = Some(now + ms(cfg.rollback_hold_ms));
+    st.event = Event::RolledBack { before, after };
 }
 
 fn fmt_cost(v: f64) -> String {
@@ -258,7 +277,7 @@ impl TransportGear for WiseTrans {
         let cfg = &self.cfg;
         let st = state_of(&mut self.origins, cfg, origin, now);
         if let Some(v) = st.rollback.poll(now) {
-            apply_verdict(st, v, now, cfg);
+            apply_verdict(st, v, now, version, cfg);
         }
         let why_buf: String;
         let mut extra: Vec<(&'static str, String)> = Vec::new();
@@ -338,6 +357,9 @@ impl TransportGear for WiseTrans {
             Event::RolledBack { before, after } => {
                 extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
             }
+            Event::Recheck { before, after } => {
+                extra.push(("recheck", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
+            }
             Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
         }
         let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -403,7 +425,7 @@ impl TransportGear for WiseTrans {
         }
 
         if let Some(v) = st.rollback.observe(transport, cost, now) {
-            apply_verdict(st, v, now, cfg);
+            apply_verdict(st, v, now, version, cfg);
         }
         if transport != st.current {
             return;
@@ -852,7 +874,11 @@ mod tests {
 
     #[test]
     fn rollback_undoes_a_switch_that_made_requests_slower() {
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let cfg = TransportConfig {
+            rollback_reexplore: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
         let t0 = Instant::now();
         // Exploration: QUIC looks better.
         explore(&mut g, t0, 100.0, 60.0);
@@ -877,6 +903,78 @@ mod tests {
         let (p, why) = rolled.expect("a rollback");
         assert_eq!(p, TransportPref::Tcp, "{why}");
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+    }
+
+    /// After v2's exploration picks QUIC, every request gets slower (the path worsened,
+    /// on both protocols alike, or on QUIC alone). Returns the first decision after the
+    /// Rollback Checker's verdict and the time it was made.
+    fn deteriorate_after_switch(g: &mut WiseTrans, t0: Instant) -> (TransportPref, String, Instant) {
+        explore(g, t0, 100.0, 60.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        let mut t = t0 + ms(100);
+        for _ in 0..30 {
+            t += ms(500);
+            let (p, why) = g.choose(ORIGIN, t);
+            if why.contains("phase=probe") || why.contains("rollback=") {
+                return (p, why, t);
+            }
+            g.observe(&done(transport_of(p), 400.0, &why, 2, (0, 0)), t + ms(50));
+        }
+        panic!("the checker judged no switch");
+    }
+
+    /// Completes the exploration whose first slot `first` was chosen at `t`: five more
+    /// slots, each finishing in `tcp_rct_ms` or `quic_rct_ms` by its transport.
+    fn finish_exploration(
+        g: &mut WiseTrans,
+        first: (TransportPref, String),
+        t: Instant,
+        tcp_rct_ms: f64,
+        quic_rct_ms: f64,
+    ) {
+        let mut slots = vec![first];
+        slots.extend((1..6).map(|k| g.choose(ORIGIN, t + ms(k))));
+        for (k, (p, why)) in slots.iter().enumerate() {
+            assert!(why.contains(&format!("why=probe-{}of6", k + 1)), "{why}");
+            let rct = if *p == TransportPref::Tcp {
+                tcp_rct_ms
+            } else {
+                quic_rct_ms
+            };
+            g.observe(&done(transport_of(*p), rct, why, 3, (0, 0)), t + ms(10 + k as u64));
+        }
+        assert!(!g.origins[ORIGIN].probe.exploring(), "the exploration finished");
+    }
+
+    #[test]
+    fn v2_explores_again_when_the_checker_finds_a_switch_made_things_worse() {
+        // The path worsened for both protocols: the new exploration keeps QUIC.
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
+        assert!(
+            why.contains("why=probe-1of6")
+                && why.contains("trigger=rollback-check")
+                && why.contains("recheck=93.6->374.4"),
+            "{why}"
+        );
+        assert!(!why.contains("rollback="), "no blind rollback: {why}");
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "nothing undone yet");
+        finish_exploration(&mut g, (p, why), t, 700.0, 400.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "QUIC is still the faster");
+        let (p, why) = g.choose(ORIGIN, t + ms(100));
+        assert_eq!(p, TransportPref::Quic, "{why}");
+        assert!(why.contains("picked=tcp:"), "{why}");
+
+        // QUIC alone got slower (UDP limited after the switch): the exploration goes to TCP.
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
+        assert!(why.contains("trigger=rollback-check"), "{why}");
+        finish_exploration(&mut g, (p, why), t, 100.0, 400.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        let (p, why) = g.choose(ORIGIN, t + ms(100));
+        assert_eq!(p, TransportPref::Tcp, "{why}");
+        assert!(why.contains("phase=check"), "the switch back is itself checked: {why}");
     }
 
     #[test]
