@@ -307,13 +307,15 @@ def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
         rec("h3", 0, "/2", 2000, 100, decision=d("probe", "quic")),
         rec("h3", 0, "/3", 3000, 100, decision=d("exploit", "quic")),  # switch, helped (500 -> 100)
         rec("h2", 0, "/4", 4000, 300, decision=d("exploit", "tcp", ";rollback=1->2")),  # switch back
-        rec("h3", 0, "/5", 5000, 100, decision=d("probe", "quic", ";trigger=rollback-check;recheck=1->2")),
+        rec("h3", 0, "/5", 5000, 100, decision=d("probe", "quic", ";ex=1;suspect=1->2")),
     ]
     dive = ev.deep_dive(run, 10_000.0, 10_000.0)
     assert dive["exploration_freq"] == pytest.approx(3 / 6)
     assert dive["switches"] == 2
     assert dive["rollbacks"] == 1 and dive["rollback_rate"] == pytest.approx(0.5)
-    assert dive["rechecks"] == 1
+    assert dive["verifications"] == 1
+    assert ev.is_exploration(ev.parse_decision("wisetrans-v1;phase=probe;score=-;choice=tcp;why=verify-2of3;ex=1"))
+    assert not ev.is_exploration(ev.parse_decision("wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait"))
     assert dive["quic_share"] == pytest.approx(3 / 6)
     assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"
 

@@ -18,8 +18,8 @@ lower summed cost, each request taking that protocol's RCT (dataset.ideal_choice
 (§IV-E, Figs. 12b, 16, Table IV) from the decision strings (docs/wisetrans.md): exploration
 frequency (requests in `phase=probe`), switching frequency (changes of `choice` between
 consecutive non-probe decisions), share of switches followed by a lower mean cost in the 10 s
-after than in the 10 s before (Fig. 16), rollback rate (rollbacks / switches), and v2's
-re-explorations after a bad switch (`recheck`, its default instead of a rollback).
+after than in the 10 s before (Fig. 16), rollback rate (rollbacks / switches), and the
+Rollback Checker's verifications (`suspect`: a deterioration measured again on the old protocol).
 Fig. 1: lambda = mean RCT_TCP / mean RCT_QUIC per training condition (bandwidth x loss).
 """
 
@@ -68,6 +68,7 @@ MODES = (
     "mlp",
     "wisetrans-v1",
     "wisetrans-v1-norollback",
+    "wisetrans-v1-seedrollback",
     "wisetrans-v1-retrained",
     "wisetrans-v2",
     "wisetrans-v2-seedprobe",
@@ -107,8 +108,8 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
     n = len(recs)
     probes = sum(1 for d in dec if is_exploration(d))
     rollbacks = sum(1 for d in dec if "rollback" in d)
-    # v2 explores again instead of rolling back (`recheck=` on the exploration's first slot).
-    rechecks = sum(1 for d in dec if "recheck" in d)
+    # Rollback verifications started (`suspect=` on the first verification request).
+    verifications = sum(1 for d in dec if "suspect" in d)
     switches_at = []
     prev = None
     for r, d in zip(recs, dec, strict=True):
@@ -133,7 +134,7 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
         "switches_helped": helped / len(switches_at) if switches_at else None,
         "rollbacks": rollbacks,
         "rollback_rate": rollbacks / len(switches_at) if switches_at else None,
-        "rechecks": rechecks,
+        "verifications": verifications,
     }
 
 
@@ -155,10 +156,11 @@ def selection_accuracy(records: list[dict[str, Any]], window_choice: dict[int, s
 
 
 def is_exploration(decision: dict[str, str]) -> bool:
-    """A probe slot or extra (`why=probe-...`); `probe-wait` requests ride on the last
-    selected protocol and are not experiments."""
+    """A probe slot or extra (`why=probe-...`) or a rollback verification request
+    (`why=verify-...`); `probe-wait` requests ride on the last selected protocol and are
+    not experiments."""
     why = decision.get("why", "")
-    return why.startswith("probe-") and why != "probe-wait"
+    return (why.startswith("probe-") and why != "probe-wait") or why.startswith("verify-")
 
 
 def gap_attribution(records: list[dict[str, Any]], ideal: list[dict[str, Any]], failed_cost_ms: float) -> dict:
@@ -238,7 +240,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                 "requests",
                 "switches",
                 "rollbacks",
-                "rechecks",
+                "verifications",
                 "judged",
                 "correct",
                 "explore_gap_ms",
@@ -251,7 +253,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             total["requests"] += d["requests"]
             total["switches"] += d["switches"]
             total["rollbacks"] += d["rollbacks"]
-            total["rechecks"] += d.get("rechecks", 0)
+            total["verifications"] += d.get("verifications", 0)
             for k in ("judged", "correct", "explore_gap_ms", "other_gap_ms", "ideal_ms"):
                 total[k] += d.get(k, 0)
             probes += (d["exploration_freq"] or 0) * d["requests"]
@@ -263,7 +265,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             "switching_freq": s / n if n else None,
             "switches_helped": helped / s if s else None,
             "rollback_rate": total["rollbacks"] / s if s else None,
-            "rechecks": int(total["rechecks"]),
+            "verifications": int(total["verifications"]),
             "quic_share": float(np.mean([d["quic_share"] or 0 for d in ds_list])),
             "selection_accuracy": total["correct"] / total["judged"] if total["judged"] else None,
             # Gap to Ideal (share of Ideal's total) from exploration requests and from the rest.
@@ -322,7 +324,7 @@ def format_region(name: str, table: dict[str, Any]) -> str:
         lines += [
             "",
             "| mode | QUIC share | agrees with Ideal | exploration freq | switches | switching freq "
-            "| switches that helped | rollback rate | re-explorations after a bad switch "
+            "| switches that helped | rollback rate | rollback verifications "
             "| gap to Ideal from exploring / the rest |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -332,7 +334,7 @@ def format_region(name: str, table: dict[str, Any]) -> str:
                 f"| {m} | {f(d['quic_share'])} | {f(d.get('selection_accuracy'))} | {f(d['exploration_freq'])} | "
                 f"{d['switches']} | "
                 f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} | "
-                f"{d.get('rechecks', 0)} | {pct(d.get('gap_from_exploration'))} / {pct(d.get('gap_from_other'))} |"
+                f"{d.get('verifications', 0)} | {pct(d.get('gap_from_exploration'))} / {pct(d.get('gap_from_other'))} |"
             )
     return "\n".join(lines)
 

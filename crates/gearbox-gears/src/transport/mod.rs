@@ -252,16 +252,14 @@ pub struct TransportConfig {
     /// After a rollback, WiseTrans-v1 does not switch again for this long, ms (its model
     /// just proved wrong for this path; six intervals).
     pub rollback_hold_ms: u64,
-    /// WiseTrans-v2: when the Rollback Checker finds a switch made things worse, explore
-    /// again (`trigger=rollback-check`) instead of switching back, so both protocols are
-    /// measured in the same interval (gearbox's addition to §III-E). Why: the checker
-    /// compares the old protocol *before* the switch with the new one *after* it, so on
-    /// a path that worsens after the switch it blames the protocol for the path; in the
-    /// lab that undid right choices in 4 of 6 runs and left v2 on the slower protocol
-    /// for the rest of the run (docs/wisetrans.md, "Where v2's gap comes from"). An
-    /// exploration costs little there (about 1% of Ideal's total). `false` is the
-    /// seed's rule: switch back. WiseTrans-v1 has no Probe Agent and always switches back.
-    pub rollback_reexplore: bool,
+    /// When the Rollback Checker finds a switch made things worse, it first sends the
+    /// next three requests on the old protocol and goes back only if they beat the new
+    /// protocol's latest three (gearbox's addition to §III-E, [`rollback`]). Why: the
+    /// checker compares the old protocol *before* the switch with the new one *after*
+    /// it, so on a path that worsens after the switch it blames the protocol for the
+    /// path; in the lab that undid right choices in 4 of 6 v2 runs and all 6 v1 runs of
+    /// the `plain` region (docs/wisetrans.md). `false` is the seed's rule: go back at once.
+    pub rollback_verify: bool,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
 }
@@ -286,7 +284,7 @@ impl Default for TransportConfig {
             rollback_deterioration: 0.2,
             rollback_min_requests: 3,
             rollback_hold_ms: 60_000,
-            rollback_reexplore: true,
+            rollback_verify: true,
             max_origins: 256,
         }
     }

@@ -53,9 +53,6 @@ pub enum Trigger {
     PathChange,
     /// The Network Monitor's score moved past the threshold since the last exploration.
     ScoreJump,
-    /// The Rollback Checker found the last switch made things worse
-    /// (`TransportConfig::rollback_reexplore`).
-    RollbackCheck,
 }
 
 impl Trigger {
@@ -65,7 +62,6 @@ impl Trigger {
             Trigger::NewOrigin => "new-origin",
             Trigger::PathChange => "path-change",
             Trigger::ScoreJump => "score-jump",
-            Trigger::RollbackCheck => "rollback-check",
         }
     }
 }

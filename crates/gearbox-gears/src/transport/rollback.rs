@@ -16,13 +16,28 @@
 //!   the average completion time.
 //!
 //! The checker can be disabled (§IV-E4: "an optional module"); then every switch stands.
-//! What a rollback verdict does is the gear's: WiseTrans-v2 by default explores again
-//! instead of going back (`TransportConfig::rollback_reexplore`).
+//!
+//! **Verification** (`verify`, gearbox's addition to §III-E, on by default): the rule
+//! above compares the old protocol *before* the switch with the new one *after* it, so on
+//! a path that worsens after the switch it blames the new protocol for the path (in the
+//! lab it undid right choices in 4 of 6 v2 runs and all 6 v1 runs of the `plain` region,
+//! docs/wisetrans.md). With verification, a deterioration does not roll back at once: the
+//! checker first asks for the next [`VERIFY_REQUESTS`] requests on the old protocol
+//! ([`Verdict::Verify`], then [`RollbackChecker::next_verify`]) and rolls back only if
+//! their mean cost is below the mean of the new protocol's last [`VERIFY_REQUESTS`]
+//! requests, i.e. both protocols measured on the path as it is now
+//! ([`Verdict::Verified`]). The test costs at most three requests on the old protocol,
+//! the ones the seed's rule would send there anyway when it is right. Unanswered
+//! verification requests are given up after one interval (the switch stands).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::Transport;
+
+/// Requests a verification sends on the old protocol (three per protocol, as the Probe
+/// Agent's live experiments, §III-D).
+pub const VERIFY_REQUESTS: usize = 3;
 
 /// The checker's judgement.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +58,28 @@ pub enum Verdict {
         /// Mean cost after.
         after: f64,
     },
+    /// (verification on) A deterioration: the next [`VERIFY_REQUESTS`] requests go to
+    /// `to` ([`RollbackChecker::next_verify`]) before anything is undone.
+    Verify {
+        /// The old protocol, measured again.
+        to: Transport,
+        /// Mean cost before.
+        before: f64,
+        /// Mean cost after.
+        after: f64,
+    },
+    /// A verification's result: `rolled_back` when the old protocol (`old`, its mean
+    /// now) beat the new one (`current`, the mean of its latest requests).
+    Verified {
+        /// The old protocol.
+        to: Transport,
+        /// Whether to go back to it.
+        rolled_back: bool,
+        /// Mean cost of the verification requests.
+        old: f64,
+        /// Mean cost of the new protocol's latest requests.
+        current: f64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -54,39 +91,106 @@ struct Check {
     before_n: usize,
     after_sum: f64,
     after_n: usize,
+    /// The new protocol's latest costs (at most [`VERIFY_REQUESTS`]).
+    after_tail: VecDeque<f64>,
+}
+
+/// A running verification.
+#[derive(Debug, Clone)]
+struct Verifying {
+    id: u64,
+    to: Transport,
+    /// Mean of the new protocol's latest costs.
+    current: f64,
+    issued: usize,
+    costs: Vec<f64>,
+    since: Instant,
 }
 
 /// Watches switches and decides on rollbacks.
 #[derive(Debug, Clone)]
 pub struct RollbackChecker {
     enabled: bool,
+    verify: bool,
     interval: Duration,
     deterioration: f64,
     min_requests: usize,
     /// Recent exploitation requests: (finished at, protocol, cost), at most one interval old.
     recent: VecDeque<(Instant, Transport, f64)>,
     check: Option<Check>,
+    verifying: Option<Verifying>,
+    /// Id of the last verification (decision strings name it, `ex=<id>`).
+    last_id: u64,
 }
 
 /// Most recent requests kept for the "before" side.
 const MAX_RECENT: usize = 512;
 
 impl RollbackChecker {
-    /// A checker (`enabled = false`: never rolls back).
+    /// A checker (`enabled = false`: never rolls back) that rolls back at once on a
+    /// deterioration (the seed's rule); see [`RollbackChecker::verifying`].
     pub fn new(enabled: bool, interval: Duration, deterioration: f64, min_requests: usize) -> Self {
         RollbackChecker {
             enabled,
+            verify: false,
             interval,
             deterioration,
             min_requests: min_requests.max(1),
             recent: VecDeque::new(),
             check: None,
+            verifying: None,
+            last_id: 0,
         }
     }
 
-    /// Whether a check is running (a switch is on probation).
+    /// The same checker verifying a deterioration on the old protocol before it rolls
+    /// back (`verify`, see the module doc).
+    pub fn verifying(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// Whether a check or verification is running (a switch is on probation).
     pub fn checking(&self) -> bool {
-        self.check.is_some()
+        self.check.is_some() || self.verifying.is_some()
+    }
+
+    /// The next verification request, if one is due: (verification id, 1-based request
+    /// number, the protocol it must use).
+    pub fn next_verify(&mut self) -> Option<(u64, usize, Transport)> {
+        let v = self.verifying.as_mut()?;
+        if v.issued >= VERIFY_REQUESTS {
+            return None;
+        }
+        v.issued += 1;
+        Some((v.id, v.issued, v.to))
+    }
+
+    /// The result of verification request `id` (a failed one costs like any failure).
+    /// Returns the verdict when this was the last one missing; results of another
+    /// verification, or beyond the requests issued, are ignored.
+    pub fn observe_verify(&mut self, id: u64, cost: f64) -> Option<Verdict> {
+        let cost = if cost.is_nan() { f64::INFINITY } else { cost };
+        let v = self.verifying.as_mut().filter(|v| v.id == id)?;
+        if v.costs.len() >= v.issued {
+            return None;
+        }
+        v.costs.push(cost);
+        if v.costs.len() < VERIFY_REQUESTS {
+            return None;
+        }
+        self.finish_verify()
+    }
+
+    fn finish_verify(&mut self) -> Option<Verdict> {
+        let v = self.verifying.take()?;
+        let old = v.costs.iter().sum::<f64>() / v.costs.len() as f64;
+        Some(Verdict::Verified {
+            to: v.to,
+            rolled_back: old < v.current,
+            old,
+            current: v.current,
+        })
     }
 
     /// A protocol switch `from` → `to` happened at `now`; `probe_costs` are the probe
@@ -94,6 +198,7 @@ impl RollbackChecker {
     /// the before side has enough requests).
     pub fn switched(&mut self, from: Transport, to: Transport, now: Instant, probe_costs: &[f64]) {
         self.check = None;
+        self.verifying = None;
         if !self.enabled || from == to {
             return;
         }
@@ -121,6 +226,7 @@ impl RollbackChecker {
             before_n: n,
             after_sum: 0.0,
             after_n: 0,
+            after_tail: VecDeque::new(),
         });
     }
 
@@ -132,6 +238,10 @@ impl RollbackChecker {
             if transport == c.to && now.saturating_duration_since(c.at) <= self.interval {
                 c.after_sum += cost;
                 c.after_n += 1;
+                c.after_tail.push_back(cost);
+                if c.after_tail.len() > VERIFY_REQUESTS {
+                    c.after_tail.pop_front();
+                }
             }
         } else {
             self.recent.push_back((now, transport, cost));
@@ -142,9 +252,24 @@ impl RollbackChecker {
         self.poll(now)
     }
 
-    /// Judges a check whose interval is over (call on every decision too, so a check
-    /// ends even when requests stop).
+    /// Judges a check whose interval is over, and gives up a verification unanswered
+    /// for an interval (call on every decision too, so a check ends even when requests
+    /// stop).
     pub fn poll(&mut self, now: Instant) -> Option<Verdict> {
+        if let Some(v) = &self.verifying {
+            if now.saturating_duration_since(v.since) <= self.interval {
+                return None;
+            }
+            if v.costs.is_empty() {
+                let after = v.current;
+                self.verifying = None;
+                return Some(Verdict::Keep {
+                    before: f64::NAN,
+                    after,
+                });
+            }
+            return self.finish_verify();
+        }
         let c = self.check.as_ref()?;
         let elapsed = now.saturating_duration_since(c.at);
         if elapsed < self.interval {
@@ -154,6 +279,23 @@ impl RollbackChecker {
         let verdict = if c.after_n >= self.min_requests {
             let after = c.after_sum / c.after_n as f64;
             if after > before * (1.0 + self.deterioration) {
+                if self.verify {
+                    let (to, current) = (
+                        c.from,
+                        c.after_tail.iter().sum::<f64>() / c.after_tail.len().max(1) as f64,
+                    );
+                    self.last_id += 1;
+                    self.verifying = Some(Verifying {
+                        id: self.last_id,
+                        to,
+                        current,
+                        issued: 0,
+                        costs: Vec::new(),
+                        since: now,
+                    });
+                    self.check = None;
+                    return Some(Verdict::Verify { to, before, after });
+                }
                 Verdict::RollBack {
                     to: c.from,
                     before,
@@ -246,6 +388,63 @@ mod tests {
         rc.observe(Transport::Quic, 500.0, t0 + S);
         assert_eq!(rc.poll(t0 + 20 * S), None);
         assert!(matches!(rc.poll(t0 + 30 * S), Some(Verdict::Keep { .. })));
+        assert!(!rc.checking());
+    }
+
+    #[test]
+    fn a_verifying_checker_asks_for_the_old_protocol_and_rolls_back_only_if_it_is_better_now() {
+        let t0 = Instant::now();
+        for (old_now, back) in [(120.0, true), (200.0, false)] {
+            let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
+            for i in 0..10 {
+                rc.observe(Transport::Tcp, 100.0, t0 + i * S);
+            }
+            rc.switched(Transport::Tcp, Transport::Quic, t0 + 10 * S, &[]);
+            // After the switch QUIC costs 150 on average, its latest three 160.
+            let mut verdict = None;
+            for (i, c) in [140.0, 140.0, 150.0, 150.0, 160.0, 160.0, 160.0].iter().enumerate() {
+                verdict = verdict.or(rc.observe(Transport::Quic, *c, t0 + 10 * S + (i as u32 + 1) * S));
+            }
+            let verdict = verdict.or(rc.poll(t0 + 21 * S));
+            assert!(
+                matches!(verdict, Some(Verdict::Verify { to: Transport::Tcp, before, .. }) if before == 100.0),
+                "{verdict:?}"
+            );
+            assert!(rc.checking(), "a verification keeps the switch on probation");
+            let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify()).collect();
+            assert_eq!(
+                asks,
+                vec![(1, 1, Transport::Tcp), (1, 2, Transport::Tcp), (1, 3, Transport::Tcp)]
+            );
+            assert_eq!(rc.observe_verify(2, old_now), None, "another verification's result");
+            assert_eq!(rc.observe_verify(1, old_now), None);
+            assert_eq!(rc.observe_verify(1, old_now), None);
+            let v = rc.observe_verify(1, old_now);
+            assert_eq!(
+                v,
+                Some(Verdict::Verified {
+                    to: Transport::Tcp,
+                    rolled_back: back,
+                    old: old_now,
+                    current: 160.0
+                })
+            );
+            assert!(!rc.checking());
+        }
+    }
+
+    #[test]
+    fn an_unanswered_verification_is_given_up_after_an_interval_and_the_switch_stands() {
+        let t0 = Instant::now();
+        let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
+        rc.switched(Transport::Tcp, Transport::Quic, t0, &[100.0, 100.0, 100.0]);
+        for i in 1..=3 {
+            rc.observe(Transport::Quic, 500.0, t0 + i * S);
+        }
+        assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        assert!(rc.next_verify().is_some());
+        assert_eq!(rc.poll(t0 + 15 * S), None);
+        assert!(matches!(rc.poll(t0 + 21 * S), Some(Verdict::Keep { .. })));
         assert!(!rc.checking());
     }
 

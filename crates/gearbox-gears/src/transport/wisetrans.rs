@@ -25,11 +25,12 @@
 //! while the exploration runs are the exploration's extras (`why=probe-extra`, up to
 //! `probe_max_extra`), see [`super::probe`]; with it off, the seed's rule: they use the
 //! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
-//! in both versions, unless disabled. When it finds a switch made things worse, v1 goes
-//! back; v2 by default explores again (`trigger=rollback-check`, the next reason says
-//! `recheck=<before>-><after>`) so that a path that worsened after the switch is not
-//! blamed on the protocol (`TransportConfig::rollback_reexplore`; `false`: go back, the
-//! seed's rule).
+//! in both versions, unless disabled. When it finds a switch made things worse it first
+//! verifies (by default, `TransportConfig::rollback_verify`): the next three requests go
+//! to the old protocol (`phase=probe;why=verify-<k>of3;ex=<id>`, the first also saying
+//! `suspect=<before>-><after>`), and the gear goes back only if they beat the new
+//! protocol's latest three (`verify=old:<cost>/new:<cost>`, with `rollback=` when it goes
+//! back). `rollback_verify = false`: back at once, the seed's rule.
 //!
 //! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
 //! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
@@ -51,7 +52,7 @@ use gearbox_client::{ClientRecord, TransportGear, TransportPref};
 use super::features::FeatureExtractor;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
-use super::rollback::{RollbackChecker, Verdict};
+use super::rollback::{RollbackChecker, Verdict, VERIFY_REQUESTS};
 use super::{decision_field, origin_key, request_cost, Mode, Reason, Transport, TransportConfig};
 
 /// Which WiseTrans.
@@ -89,11 +90,16 @@ enum Event {
         before: f64,
         after: f64,
     },
-    /// The rollback checker found a switch made things worse, and v2 explores again
-    /// instead of undoing it.
-    Recheck {
+    /// The rollback checker found a switch made things worse and verifies it.
+    Suspect {
         before: f64,
         after: f64,
+    },
+    /// A verification ended: the old protocol's mean now and the new one's latest.
+    Verified {
+        old: f64,
+        current: f64,
+        rolled_back: bool,
     },
     /// An exploration was abandoned.
     Abandoned,
@@ -231,7 +237,8 @@ fn state_of<'a>(
             ms(c.rollback_interval_ms),
             c.rollback_deterioration,
             c.rollback_min_requests,
-        ),
+        )
+        .verifying(c.rollback_verify),
         local_ip: None,
         last_used: now,
         event: Event::None,
@@ -240,24 +247,39 @@ fn state_of<'a>(
     st
 }
 
-/// Applies a rollback verdict to an origin's state: back to the previous protocol, or
-/// for v2 with `rollback_reexplore` a new exploration on the next request.
-fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, version: Version, cfg: &TransportConfig) {
-    let Verdict::RollBack { to, before, after } = v else {
-        return;
+/// Applies a rollback verdict to an origin's state.
+fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &TransportConfig) {
+    let to = match v {
+        Verdict::Keep { .. } => return,
+        Verdict::Verify { before, after, .. } => {
+            st.event = Event::Suspect { before, after };
+            return;
+        }
+        Verdict::Verified {
+            to,
+            rolled_back,
+            old,
+            current,
+        } => {
+            st.event = Event::Verified {
+                old,
+                current,
+                rolled_back,
+            };
+            if !rolled_back {
+                return;
+            }
+            to
+        }
+        Verdict::RollBack { to, before, after } => {
+            st.event = Event::RolledBack { before, after };
+            to
+        }
     };
-    if version == Version::V2 && cfg.rollback_reexplore {
-        st.pending = Some(Trigger::RollbackCheck);
-        st.score = None;
-        st.history_score = None;
-        st.event = Event::Recheck { before, after };
-        return;
-    }
     st.current = to;
     st.score = None;
     st.history_score = None;
     st.hold_until = Some(now + ms(cfg.rollback_hold_ms));
-    st.event = Event::RolledBack { before, after };
 }
 
 fn fmt_cost(v: f64) -> String {
@@ -277,72 +299,79 @@ impl TransportGear for WiseTrans {
         let cfg = &self.cfg;
         let st = state_of(&mut self.origins, cfg, origin, now);
         if let Some(v) = st.rollback.poll(now) {
-            apply_verdict(st, v, now, version, cfg);
+            apply_verdict(st, v, now, cfg);
         }
         let why_buf: String;
         let mut extra: Vec<(&'static str, String)> = Vec::new();
-        let (phase, choice, why): (&'static str, Transport, &str) = match version {
-            Version::V2 => {
-                if st.probe.expire(now) {
-                    st.event = Event::Abandoned;
-                    st.last_explore = Some(now);
-                }
-                if !st.explored && !st.probe.exploring() {
-                    st.pending = Some(Trigger::NewOrigin);
-                }
-                if let (Some(trigger), false) = (st.pending, st.probe.exploring()) {
-                    st.pending = None;
-                    st.explored = true;
-                    st.probe.start(now, trigger, st.current);
-                }
-                match st.probe.choose() {
-                    Some(ProbeChoice::Slot { id, slot, transport }) => {
-                        why_buf = format!("probe-{slot}of{PROBE_SLOTS}");
-                        extra.push(("ex", id.to_string()));
-                        if let Some((_, trigger)) = st.probe.running() {
-                            extra.push(("trigger", trigger.name().to_string()));
+        let (phase, choice, why): (&'static str, Transport, &str) = if let Some((id, k, to)) = st.rollback.next_verify()
+        {
+            why_buf = format!("verify-{k}of{VERIFY_REQUESTS}");
+            extra.push(("ex", id.to_string()));
+            ("probe", to, why_buf.as_str())
+        } else {
+            match version {
+                Version::V2 => {
+                    if st.probe.expire(now) {
+                        st.event = Event::Abandoned;
+                        st.last_explore = Some(now);
+                    }
+                    if !st.explored && !st.probe.exploring() {
+                        st.pending = Some(Trigger::NewOrigin);
+                    }
+                    if let (Some(trigger), false) = (st.pending, st.probe.exploring()) {
+                        st.pending = None;
+                        st.explored = true;
+                        st.probe.start(now, trigger, st.current);
+                    }
+                    match st.probe.choose() {
+                        Some(ProbeChoice::Slot { id, slot, transport }) => {
+                            why_buf = format!("probe-{slot}of{PROBE_SLOTS}");
+                            extra.push(("ex", id.to_string()));
+                            if let Some((_, trigger)) = st.probe.running() {
+                                extra.push(("trigger", trigger.name().to_string()));
+                            }
+                            ("probe", transport, why_buf.as_str())
                         }
-                        ("probe", transport, why_buf.as_str())
-                    }
-                    Some(ProbeChoice::Extra {
-                        id,
-                        extra: k,
-                        transport,
-                    }) => {
-                        extra.push(("ex", id.to_string()));
-                        extra.push(("extra", k.to_string()));
-                        if let Some((_, trigger)) = st.probe.running() {
-                            extra.push(("trigger", trigger.name().to_string()));
+                        Some(ProbeChoice::Extra {
+                            id,
+                            extra: k,
+                            transport,
+                        }) => {
+                            extra.push(("ex", id.to_string()));
+                            extra.push(("extra", k.to_string()));
+                            if let Some((_, trigger)) = st.probe.running() {
+                                extra.push(("trigger", trigger.name().to_string()));
+                            }
+                            ("probe", transport, PROBE_EXTRA)
                         }
-                        ("probe", transport, PROBE_EXTRA)
+                        Some(ProbeChoice::Wait) => ("probe", st.current, "probe-wait"),
+                        None => exploit_reason(st),
                     }
-                    Some(ProbeChoice::Wait) => ("probe", st.current, "probe-wait"),
-                    None => exploit_reason(st),
                 }
-            }
-            Version::V1 => {
-                let dwell_over = st.hold_until.is_none_or(|t| now >= t);
-                let current = st.current;
-                let enough = st.features.features(current, now).ok_requests >= cfg.min_window_requests;
-                match st.score {
-                    Some(p) if p > cfg.v1_switch_threshold && enough && dwell_over && !st.rollback.checking() => {
-                        let from = st.current;
-                        st.current = from.other();
-                        st.score = None;
-                        st.hold_until = Some(now + ms(cfg.min_dwell_ms));
-                        st.rollback.switched(from, st.current, now, &[]);
-                        why_buf = format!("switch-p>{}", cfg.v1_switch_threshold);
-                        ("exploit", st.current, why_buf.as_str())
-                    }
-                    Some(p) if p > cfg.v1_switch_threshold && !enough => ("warmup", st.current, "few-requests"),
-                    Some(p) if p > cfg.v1_switch_threshold => {
-                        if st.rollback.checking() {
-                            ("check", st.current, "hold-check")
-                        } else {
-                            ("exploit", st.current, "hold-dwell")
+                Version::V1 => {
+                    let dwell_over = st.hold_until.is_none_or(|t| now >= t);
+                    let current = st.current;
+                    let enough = st.features.features(current, now).ok_requests >= cfg.min_window_requests;
+                    match st.score {
+                        Some(p) if p > cfg.v1_switch_threshold && enough && dwell_over && !st.rollback.checking() => {
+                            let from = st.current;
+                            st.current = from.other();
+                            st.score = None;
+                            st.hold_until = Some(now + ms(cfg.min_dwell_ms));
+                            st.rollback.switched(from, st.current, now, &[]);
+                            why_buf = format!("switch-p>{}", cfg.v1_switch_threshold);
+                            ("exploit", st.current, why_buf.as_str())
                         }
+                        Some(p) if p > cfg.v1_switch_threshold && !enough => ("warmup", st.current, "few-requests"),
+                        Some(p) if p > cfg.v1_switch_threshold => {
+                            if st.rollback.checking() {
+                                ("check", st.current, "hold-check")
+                            } else {
+                                ("exploit", st.current, "hold-dwell")
+                            }
+                        }
+                        _ => exploit_reason(st),
                     }
-                    _ => exploit_reason(st),
                 }
             }
         };
@@ -357,8 +386,18 @@ impl TransportGear for WiseTrans {
             Event::RolledBack { before, after } => {
                 extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
             }
-            Event::Recheck { before, after } => {
-                extra.push(("recheck", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
+            Event::Suspect { before, after } => {
+                extra.push(("suspect", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
+            }
+            Event::Verified {
+                old,
+                current,
+                rolled_back,
+            } => {
+                extra.push(("verify", format!("old:{}/new:{}", fmt_cost(old), fmt_cost(current))));
+                if rolled_back {
+                    extra.push(("rollback", "verified".to_string()));
+                }
             }
             Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
         }
@@ -396,6 +435,14 @@ impl TransportGear for WiseTrans {
             }
         }
 
+        // A verification request's result goes to the Rollback Checker, and nowhere else.
+        if let Some(id) = record.decision.as_deref().and_then(|d| verify_ref(d, self.mode)) {
+            if let Some(v) = st.rollback.observe_verify(id, cost) {
+                apply_verdict(st, v, now, cfg);
+            }
+            return;
+        }
+
         // A probe slot's or extra's result goes to the Probe Agent, and nowhere else.
         if let Some(probe) = record.decision.as_deref().and_then(probe_ref) {
             if version == Version::V2 {
@@ -425,7 +472,7 @@ impl TransportGear for WiseTrans {
         }
 
         if let Some(v) = st.rollback.observe(transport, cost, now) {
-            apply_verdict(st, v, now, version, cfg);
+            apply_verdict(st, v, now, cfg);
         }
         if transport != st.current {
             return;
@@ -470,6 +517,21 @@ fn local_ip(addr: &str) -> &str {
         Some(i) if !addr[i..].contains(']') => &addr[..i],
         _ => addr,
     }
+}
+
+/// The verification a rollback verification request (`why=verify-<k>of3;ex=<id>`) of
+/// gear `mode` belongs to.
+fn verify_ref(decision: &str, mode: &str) -> Option<u64> {
+    if decision_field(decision, "mode")? != mode {
+        return None;
+    }
+    let (_, of) = decision_field(decision, "why")?
+        .strip_prefix("verify-")?
+        .split_once("of")?;
+    if of.parse::<usize>().ok()? != VERIFY_REQUESTS {
+        return None;
+    }
+    decision_field(decision, "ex")?.parse().ok()
 }
 
 /// The `why` of an exploration's extra request.
@@ -875,7 +937,7 @@ mod tests {
     #[test]
     fn rollback_undoes_a_switch_that_made_requests_slower() {
         let cfg = TransportConfig {
-            rollback_reexplore: false,
+            rollback_verify: false,
             ..TransportConfig::default()
         };
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
@@ -923,58 +985,54 @@ mod tests {
         panic!("the checker judged no switch");
     }
 
-    /// Completes the exploration whose first slot `first` was chosen at `t`: five more
-    /// slots, each finishing in `tcp_rct_ms` or `quic_rct_ms` by its transport.
-    fn finish_exploration(
+    /// Answers the verification whose first request `first` was chosen at `t`: two
+    /// more requests, all three on the old protocol finishing in `old_rct_ms`. Returns
+    /// the next decision.
+    fn answer_verification(
         g: &mut WiseTrans,
         first: (TransportPref, String),
         t: Instant,
-        tcp_rct_ms: f64,
-        quic_rct_ms: f64,
-    ) {
-        let mut slots = vec![first];
-        slots.extend((1..6).map(|k| g.choose(ORIGIN, t + ms(k))));
-        for (k, (p, why)) in slots.iter().enumerate() {
-            assert!(why.contains(&format!("why=probe-{}of6", k + 1)), "{why}");
-            let rct = if *p == TransportPref::Tcp {
-                tcp_rct_ms
-            } else {
-                quic_rct_ms
-            };
-            g.observe(&done(transport_of(*p), rct, why, 3, (0, 0)), t + ms(10 + k as u64));
+        old_rct_ms: f64,
+    ) -> (TransportPref, String) {
+        let mut asks = vec![first];
+        asks.extend((1..3).map(|k| g.choose(ORIGIN, t + ms(k))));
+        for (k, (p, why)) in asks.iter().enumerate() {
+            assert!(
+                why.contains("phase=probe;") && why.contains(&format!(";choice=tcp;why=verify-{}of3;ex=1", k + 1)),
+                "{why}"
+            );
+            assert_eq!(*p, TransportPref::Tcp);
+            g.observe(&done(Transport::Tcp, old_rct_ms, why, 3, (0, 0)), t + ms(10 + k as u64));
         }
-        assert!(!g.origins[ORIGIN].probe.exploring(), "the exploration finished");
+        g.choose(ORIGIN, t + ms(100))
     }
 
     #[test]
-    fn v2_explores_again_when_the_checker_finds_a_switch_made_things_worse() {
-        // The path worsened for both protocols: the new exploration keeps QUIC.
+    fn a_bad_switch_is_verified_on_the_old_protocol_before_it_is_undone() {
+        // The path worsened for both protocols: TCP, measured again, is slower still.
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let t0 = Instant::now();
         let (p, why, t) = deteriorate_after_switch(&mut g, t0);
         assert!(
-            why.contains("why=probe-1of6")
-                && why.contains("trigger=rollback-check")
-                && why.contains("recheck=93.6->374.4"),
+            why.contains("suspect=93.6->374.4") && !why.contains("rollback="),
             "{why}"
         );
-        assert!(!why.contains("rollback="), "no blind rollback: {why}");
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "nothing undone yet");
-        finish_exploration(&mut g, (p, why), t, 700.0, 400.0);
-        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "QUIC is still the faster");
-        let (p, why) = g.choose(ORIGIN, t + ms(100));
+        let (p, why) = answer_verification(&mut g, (p, why), t, 700.0);
         assert_eq!(p, TransportPref::Quic, "{why}");
-        assert!(why.contains("picked=tcp:"), "{why}");
+        assert!(
+            why.contains("verify=old:655.1/new:374.4") && !why.contains("rollback="),
+            "{why}"
+        );
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
 
-        // QUIC alone got slower (UDP limited after the switch): the exploration goes to TCP.
+        // QUIC alone got slower (UDP limited after the switch): back to TCP.
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let (p, why, t) = deteriorate_after_switch(&mut g, t0);
-        assert!(why.contains("trigger=rollback-check"), "{why}");
-        finish_exploration(&mut g, (p, why), t, 100.0, 400.0);
-        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
-        let (p, why) = g.choose(ORIGIN, t + ms(100));
+        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0);
         assert_eq!(p, TransportPref::Tcp, "{why}");
-        assert!(why.contains("phase=check"), "the switch back is itself checked: {why}");
+        assert!(why.contains("verify=old:93.6/new:374.4;rollback=verified"), "{why}");
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
     }
 
     #[test]
