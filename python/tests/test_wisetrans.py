@@ -314,7 +314,7 @@ def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
     assert dive["switches"] == 2
     assert dive["rollbacks"] == 1 and dive["rollback_rate"] == pytest.approx(0.5)
     assert dive["verifications"] == 1
-    assert ev.is_exploration(ev.parse_decision("wisetrans-v1;phase=probe;score=-;choice=tcp;why=verify-2of3;ex=1"))
+    assert ev.is_exploration(ev.parse_decision("wisetrans-v1;phase=probe;score=-;choice=tcp;why=verify-2of6;ex=1"))
     assert not ev.is_exploration(ev.parse_decision("wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait"))
     assert dive["quic_share"] == pytest.approx(3 / 6)
     assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"

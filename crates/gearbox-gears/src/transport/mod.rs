@@ -210,7 +210,8 @@ pub struct TransportConfig {
     /// probability: a change that moves a confident 0.2 past the 0.5 boundary.
     pub explore_score_delta: f64,
     /// Score-triggered explorations are at least this far apart, ms (bounded
-    /// exploration, DESIGN.md principle 6). New-origin and path-change explorations are
+    /// exploration, DESIGN.md principle 6): a jump seen sooner waits and explores on the
+    /// first request after the interval. New-origin and path-change explorations are
     /// not held back.
     pub min_explore_interval_ms: u64,
     /// An exploration whose six probe requests (and extras, see `probe_balance`) have
@@ -253,8 +254,9 @@ pub struct TransportConfig {
     /// just proved wrong for this path; six intervals).
     pub rollback_hold_ms: u64,
     /// When the Rollback Checker finds a switch made things worse, it first sends the
-    /// next three requests on the old protocol and goes back only if they beat the new
-    /// protocol's latest three (gearbox's addition to §III-E, [`rollback`]). Why: the
+    /// next six requests alternately on the old and the new protocol and goes back only
+    /// if the old protocol's three beat the new one's (gearbox's addition to §III-E,
+    /// [`rollback`]). Why: the
     /// checker compares the old protocol *before* the switch with the new one *after*
     /// it, so on a path that worsens after the switch it blames the protocol for the
     /// path; in the lab that undid right choices in 4 of 6 v2 runs and all 6 v1 runs of

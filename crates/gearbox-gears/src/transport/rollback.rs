@@ -22,22 +22,31 @@
 //! a path that worsens after the switch it blames the new protocol for the path (in the
 //! lab it undid right choices in 4 of 6 v2 runs and all 6 v1 runs of the `plain` region,
 //! docs/wisetrans.md). With verification, a deterioration does not roll back at once: the
-//! checker first asks for the next [`VERIFY_REQUESTS`] requests on the old protocol
-//! ([`Verdict::Verify`], then [`RollbackChecker::next_verify`]) and rolls back only if
-//! their mean cost is below the mean of the new protocol's last [`VERIFY_REQUESTS`]
-//! requests, i.e. both protocols measured on the path as it is now
-//! ([`Verdict::Verified`]). The test costs at most three requests on the old protocol,
-//! the ones the seed's rule would send there anyway when it is right. Unanswered
-//! verification requests are given up after one interval (the switch stands).
+//! checker first asks for the next [`VERIFY_SLOTS`] requests alternately on the old and
+//! the new protocol ([`Verdict::Verify`], then [`RollbackChecker::next_verify`]), and
+//! rolls back only if the old protocol's [`VERIFY_REQUESTS`] cost less on average than
+//! the new one's ([`Verdict::Verified`]): both protocols measured on the path as it is
+//! now, and at the same places in the same click bursts. (A first version compared the
+//! old protocol's verification requests with the new protocol's latest exploitation
+//! requests; but the verification requests are the front of a burst and the latest ones
+//! its queued tail, so the old protocol won on position alone: in the lab it undid a QUIC
+//! choice where QUIC was faster in every window.) The test costs three requests on the
+//! old protocol, the ones the seed's rule would send there anyway when it is right.
+//! Verification requests unanswered after one interval are judged on those answered
+//! (at least one per protocol), or else given up (the switch stands).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::Transport;
 
-/// Requests a verification sends on the old protocol (three per protocol, as the Probe
-/// Agent's live experiments, §III-D).
+/// Requests a verification sends on each protocol (three, as the Probe Agent's live
+/// experiments, §III-D).
 pub const VERIFY_REQUESTS: usize = 3;
+
+/// Requests of a verification, alternately on the old and the new protocol (the old
+/// one first).
+pub const VERIFY_SLOTS: usize = 2 * VERIFY_REQUESTS;
 
 /// The checker's judgement.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,8 +67,9 @@ pub enum Verdict {
         /// Mean cost after.
         after: f64,
     },
-    /// (verification on) A deterioration: the next [`VERIFY_REQUESTS`] requests go to
-    /// `to` ([`RollbackChecker::next_verify`]) before anything is undone.
+    /// (verification on) A deterioration: the next [`VERIFY_SLOTS`] requests go
+    /// alternately to `to` and the new protocol ([`RollbackChecker::next_verify`])
+    /// before anything is undone.
     Verify {
         /// The old protocol, measured again.
         to: Transport,
@@ -68,16 +78,16 @@ pub enum Verdict {
         /// Mean cost after.
         after: f64,
     },
-    /// A verification's result: `rolled_back` when the old protocol (`old`, its mean
-    /// now) beat the new one (`current`, the mean of its latest requests).
+    /// A verification's result: `rolled_back` when the old protocol (`old`, the mean
+    /// of its verification requests) beat the new one (`current`, the mean of its own).
     Verified {
         /// The old protocol.
         to: Transport,
         /// Whether to go back to it.
         rolled_back: bool,
-        /// Mean cost of the verification requests.
+        /// Mean cost of the old protocol's verification requests.
         old: f64,
-        /// Mean cost of the new protocol's latest requests.
+        /// Mean cost of the new protocol's verification requests.
         current: f64,
     },
 }
@@ -91,19 +101,20 @@ struct Check {
     before_n: usize,
     after_sum: f64,
     after_n: usize,
-    /// The new protocol's latest costs (at most [`VERIFY_REQUESTS`]).
-    after_tail: VecDeque<f64>,
 }
 
 /// A running verification.
 #[derive(Debug, Clone)]
 struct Verifying {
     id: u64,
-    to: Transport,
-    /// Mean of the new protocol's latest costs.
-    current: f64,
+    /// The protocol before the switch (odd slots).
+    old: Transport,
+    /// The protocol after it (even slots).
+    new: Transport,
+    /// Slots handed out.
     issued: usize,
-    costs: Vec<f64>,
+    old_costs: Vec<f64>,
+    new_costs: Vec<f64>,
     since: Instant,
 }
 
@@ -155,41 +166,57 @@ impl RollbackChecker {
         self.check.is_some() || self.verifying.is_some()
     }
 
-    /// The next verification request, if one is due: (verification id, 1-based request
-    /// number, the protocol it must use).
+    /// The next verification request, if one is due: (verification id, 1-based slot
+    /// number, the protocol it must use: the old one in odd slots, the new one in even).
     pub fn next_verify(&mut self) -> Option<(u64, usize, Transport)> {
         let v = self.verifying.as_mut()?;
-        if v.issued >= VERIFY_REQUESTS {
+        if v.issued >= VERIFY_SLOTS {
             return None;
         }
         v.issued += 1;
-        Some((v.id, v.issued, v.to))
+        let transport = if v.issued % 2 == 1 { v.old } else { v.new };
+        Some((v.id, v.issued, transport))
     }
 
-    /// The result of verification request `id` (a failed one costs like any failure).
-    /// Returns the verdict when this was the last one missing; results of another
-    /// verification, or beyond the requests issued, are ignored.
-    pub fn observe_verify(&mut self, id: u64, cost: f64) -> Option<Verdict> {
+    /// The result of a request of verification `id` that ran on `transport` (a failed
+    /// one costs like any failure). Returns the verdict when this was the last one
+    /// missing; results of another verification, or beyond the requests issued on that
+    /// protocol, are ignored.
+    pub fn observe_verify(&mut self, id: u64, transport: Transport, cost: f64) -> Option<Verdict> {
         let cost = if cost.is_nan() { f64::INFINITY } else { cost };
         let v = self.verifying.as_mut().filter(|v| v.id == id)?;
-        if v.costs.len() >= v.issued {
+        let (costs, issued) = if transport == v.old {
+            (&mut v.old_costs, v.issued.div_ceil(2))
+        } else {
+            (&mut v.new_costs, v.issued / 2)
+        };
+        if costs.len() >= issued {
             return None;
         }
-        v.costs.push(cost);
-        if v.costs.len() < VERIFY_REQUESTS {
+        costs.push(cost);
+        if v.old_costs.len() < VERIFY_REQUESTS || v.new_costs.len() < VERIFY_REQUESTS {
             return None;
         }
         self.finish_verify()
     }
 
+    /// Judges the running verification on the answers it has: `Verified` with at least
+    /// one per protocol, otherwise `Keep` (the switch stands).
     fn finish_verify(&mut self) -> Option<Verdict> {
         let v = self.verifying.take()?;
-        let old = v.costs.iter().sum::<f64>() / v.costs.len() as f64;
+        let mean = |c: &[f64]| c.iter().sum::<f64>() / c.len() as f64;
+        if v.old_costs.is_empty() || v.new_costs.is_empty() {
+            return Some(Verdict::Keep {
+                before: f64::NAN,
+                after: f64::NAN,
+            });
+        }
+        let (old, current) = (mean(&v.old_costs), mean(&v.new_costs));
         Some(Verdict::Verified {
-            to: v.to,
-            rolled_back: old < v.current,
+            to: v.old,
+            rolled_back: old < current,
             old,
-            current: v.current,
+            current,
         })
     }
 
@@ -226,7 +253,6 @@ impl RollbackChecker {
             before_n: n,
             after_sum: 0.0,
             after_n: 0,
-            after_tail: VecDeque::new(),
         });
     }
 
@@ -238,10 +264,6 @@ impl RollbackChecker {
             if transport == c.to && now.saturating_duration_since(c.at) <= self.interval {
                 c.after_sum += cost;
                 c.after_n += 1;
-                c.after_tail.push_back(cost);
-                if c.after_tail.len() > VERIFY_REQUESTS {
-                    c.after_tail.pop_front();
-                }
             }
         } else {
             self.recent.push_back((now, transport, cost));
@@ -260,14 +282,6 @@ impl RollbackChecker {
             if now.saturating_duration_since(v.since) <= self.interval {
                 return None;
             }
-            if v.costs.is_empty() {
-                let after = v.current;
-                self.verifying = None;
-                return Some(Verdict::Keep {
-                    before: f64::NAN,
-                    after,
-                });
-            }
             return self.finish_verify();
         }
         let c = self.check.as_ref()?;
@@ -280,17 +294,15 @@ impl RollbackChecker {
             let after = c.after_sum / c.after_n as f64;
             if after > before * (1.0 + self.deterioration) {
                 if self.verify {
-                    let (to, current) = (
-                        c.from,
-                        c.after_tail.iter().sum::<f64>() / c.after_tail.len().max(1) as f64,
-                    );
+                    let to = c.from;
                     self.last_id += 1;
                     self.verifying = Some(Verifying {
                         id: self.last_id,
-                        to,
-                        current,
+                        old: to,
+                        new: c.to,
                         issued: 0,
-                        costs: Vec::new(),
+                        old_costs: Vec::new(),
+                        new_costs: Vec::new(),
                         since: now,
                     });
                     self.check = None;
@@ -400,7 +412,7 @@ mod tests {
                 rc.observe(Transport::Tcp, 100.0, t0 + i * S);
             }
             rc.switched(Transport::Tcp, Transport::Quic, t0 + 10 * S, &[]);
-            // After the switch QUIC costs 150 on average, its latest three 160.
+            // After the switch QUIC costs 150 on average.
             let mut verdict = None;
             for (i, c) in [140.0, 140.0, 150.0, 150.0, 160.0, 160.0, 160.0].iter().enumerate() {
                 verdict = verdict.or(rc.observe(Transport::Quic, *c, t0 + 10 * S + (i as u32 + 1) * S));
@@ -412,14 +424,31 @@ mod tests {
             );
             assert!(rc.checking(), "a verification keeps the switch on probation");
             let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify()).collect();
+            let (tcp, quic) = (Transport::Tcp, Transport::Quic);
             assert_eq!(
                 asks,
-                vec![(1, 1, Transport::Tcp), (1, 2, Transport::Tcp), (1, 3, Transport::Tcp)]
+                vec![
+                    (1, 1, tcp),
+                    (1, 2, quic),
+                    (1, 3, tcp),
+                    (1, 4, quic),
+                    (1, 5, tcp),
+                    (1, 6, quic)
+                ]
             );
-            assert_eq!(rc.observe_verify(2, old_now), None, "another verification's result");
-            assert_eq!(rc.observe_verify(1, old_now), None);
-            assert_eq!(rc.observe_verify(1, old_now), None);
-            let v = rc.observe_verify(1, old_now);
+            assert_eq!(
+                rc.observe_verify(2, tcp, old_now),
+                None,
+                "another verification's result"
+            );
+            // The new protocol, measured in the same requests' company, costs 160.
+            for _ in 0..3 {
+                assert_eq!(rc.observe_verify(1, quic, 160.0), None);
+            }
+            assert_eq!(rc.observe_verify(1, quic, 1.0), None, "beyond the slots issued");
+            assert_eq!(rc.observe_verify(1, tcp, old_now), None);
+            assert_eq!(rc.observe_verify(1, tcp, old_now), None);
+            let v = rc.observe_verify(1, tcp, old_now);
             assert_eq!(
                 v,
                 Some(Verdict::Verified {
@@ -445,6 +474,32 @@ mod tests {
         assert!(rc.next_verify().is_some());
         assert_eq!(rc.poll(t0 + 15 * S), None);
         assert!(matches!(rc.poll(t0 + 21 * S), Some(Verdict::Keep { .. })));
+        assert!(!rc.checking());
+    }
+
+    #[test]
+    fn a_partly_answered_verification_is_judged_after_an_interval_on_what_it_has() {
+        let t0 = Instant::now();
+        let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
+        rc.switched(Transport::Tcp, Transport::Quic, t0, &[100.0, 100.0, 100.0]);
+        for i in 1..=3 {
+            rc.observe(Transport::Quic, 500.0, t0 + i * S);
+        }
+        assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify()).collect();
+        assert_eq!(asks.len(), VERIFY_SLOTS);
+        assert_eq!(rc.observe_verify(1, Transport::Tcp, 100.0), None);
+        assert_eq!(rc.observe_verify(1, Transport::Quic, 400.0), None);
+        assert_eq!(rc.poll(t0 + 15 * S), None);
+        assert_eq!(
+            rc.poll(t0 + 21 * S),
+            Some(Verdict::Verified {
+                to: Transport::Tcp,
+                rolled_back: true,
+                old: 100.0,
+                current: 400.0
+            })
+        );
         assert!(!rc.checking());
     }
 

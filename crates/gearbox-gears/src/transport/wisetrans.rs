@@ -20,17 +20,20 @@
 //! (b) when the local address of the origin's connections changes (a new path), and
 //! (c) when |score − history score| exceeds `explore_score_delta`, the history score
 //! being the first score after the last exploration; (c) at most once per
-//! `min_explore_interval_ms`. The exploration's selection is then used until the next
+//! `min_explore_interval_ms`: a jump seen sooner is kept and explores on the first
+//! request after the interval (a click issues its whole burst before any of it
+//! finishes, so waiting for a fresh score would cost the burst). The exploration's selection is then used until the next
 //! one. With `probe_balance` (the default) requests issued after the six probe slots
 //! while the exploration runs are the exploration's extras (`why=probe-extra`, up to
 //! `probe_max_extra`), see [`super::probe`]; with it off, the seed's rule: they use the
 //! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
 //! in both versions, unless disabled. When it finds a switch made things worse it first
-//! verifies (by default, `TransportConfig::rollback_verify`): the next three requests go
-//! to the old protocol (`phase=probe;why=verify-<k>of3;ex=<id>`, the first also saying
-//! `suspect=<before>-><after>`), and the gear goes back only if they beat the new
-//! protocol's latest three (`verify=old:<cost>/new:<cost>`, with `rollback=` when it goes
-//! back). `rollback_verify = false`: back at once, the seed's rule.
+//! verifies (by default, `TransportConfig::rollback_verify`): the next six requests go
+//! alternately to the old and the new protocol (`phase=probe;why=verify-<k>of6;ex=<id>`,
+//! the first also saying `suspect=<before>-><after>`), and the gear goes back only if the
+//! old protocol's three beat the new one's (`verify=old:<cost>/new:<cost>`, with
+//! `rollback=` when it goes back). `rollback_verify = false`: back at once, the seed's
+//! rule.
 //!
 //! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
 //! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
@@ -52,7 +55,7 @@ use gearbox_client::{ClientRecord, TransportGear, TransportPref};
 use super::features::FeatureExtractor;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
-use super::rollback::{RollbackChecker, Verdict, VERIFY_REQUESTS};
+use super::rollback::{RollbackChecker, Verdict, VERIFY_SLOTS};
 use super::{decision_field, origin_key, request_cost, Mode, Reason, Transport, TransportConfig};
 
 /// Which WiseTrans.
@@ -279,6 +282,10 @@ fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &Transport
     st.current = to;
     st.score = None;
     st.history_score = None;
+    // A score jump waiting for its exploration was measured on the protocol just left.
+    if st.pending == Some(Trigger::ScoreJump) {
+        st.pending = None;
+    }
     st.hold_until = Some(now + ms(cfg.rollback_hold_ms));
 }
 
@@ -305,7 +312,7 @@ impl TransportGear for WiseTrans {
         let mut extra: Vec<(&'static str, String)> = Vec::new();
         let (phase, choice, why): (&'static str, Transport, &str) = if let Some((id, k, to)) = st.rollback.next_verify()
         {
-            why_buf = format!("verify-{k}of{VERIFY_REQUESTS}");
+            why_buf = format!("verify-{k}of{VERIFY_SLOTS}");
             extra.push(("ex", id.to_string()));
             ("probe", to, why_buf.as_str())
         } else {
@@ -319,9 +326,17 @@ impl TransportGear for WiseTrans {
                         st.pending = Some(Trigger::NewOrigin);
                     }
                     if let (Some(trigger), false) = (st.pending, st.probe.exploring()) {
-                        st.pending = None;
-                        st.explored = true;
-                        st.probe.start(now, trigger, st.current);
+                        // A score jump waits out `min_explore_interval_ms` (bounded
+                        // exploration); a new origin or path explores at once.
+                        let due = trigger != Trigger::ScoreJump
+                            || st
+                                .last_explore
+                                .is_none_or(|t| now.saturating_duration_since(t) >= ms(cfg.min_explore_interval_ms));
+                        if due {
+                            st.pending = None;
+                            st.explored = true;
+                            st.probe.start(now, trigger, st.current);
+                        }
                     }
                     match st.probe.choose() {
                         Some(ProbeChoice::Slot { id, slot, transport }) => {
@@ -437,7 +452,7 @@ impl TransportGear for WiseTrans {
 
         // A verification request's result goes to the Rollback Checker, and nowhere else.
         if let Some(id) = record.decision.as_deref().and_then(|d| verify_ref(d, self.mode)) {
-            if let Some(v) = st.rollback.observe_verify(id, cost) {
+            if let Some(v) = st.rollback.observe_verify(id, transport, cost) {
                 apply_verdict(st, v, now, cfg);
             }
             return;
@@ -486,13 +501,8 @@ impl TransportGear for WiseTrans {
         if version == Version::V2 && !st.probe.exploring() && f.ok_requests >= cfg.min_window_requests {
             match (st.score, st.history_score) {
                 (Some(s), None) => st.history_score = Some(s),
-                (Some(s), Some(h)) if (s - h).abs() > cfg.explore_score_delta => {
-                    let cooled = st
-                        .last_explore
-                        .is_none_or(|t| now.saturating_duration_since(t) >= ms(cfg.min_explore_interval_ms));
-                    if cooled && st.pending.is_none() {
-                        st.pending = Some(Trigger::ScoreJump);
-                    }
+                (Some(s), Some(h)) if (s - h).abs() > cfg.explore_score_delta && st.pending.is_none() => {
+                    st.pending = Some(Trigger::ScoreJump);
                 }
                 _ => {}
             }
@@ -519,7 +529,7 @@ fn local_ip(addr: &str) -> &str {
     }
 }
 
-/// The verification a rollback verification request (`why=verify-<k>of3;ex=<id>`) of
+/// The verification a rollback verification request (`why=verify-<k>of6;ex=<id>`) of
 /// gear `mode` belongs to.
 fn verify_ref(decision: &str, mode: &str) -> Option<u64> {
     if decision_field(decision, "mode")? != mode {
@@ -528,7 +538,7 @@ fn verify_ref(decision: &str, mode: &str) -> Option<u64> {
     let (_, of) = decision_field(decision, "why")?
         .strip_prefix("verify-")?
         .split_once("of")?;
-    if of.parse::<usize>().ok()? != VERIFY_REQUESTS {
+    if of.parse::<usize>().ok()? != VERIFY_SLOTS {
         return None;
     }
     decision_field(decision, "ex")?.parse().ok()
@@ -840,6 +850,42 @@ mod tests {
     }
 
     #[test]
+    fn v2_keeps_a_score_jump_seen_too_soon_and_explores_on_the_first_request_after_the_interval() {
+        // Stumps: retran_rate < 0.05 -> p = 0.12, otherwise p = 0.88.
+        let cfg = TransportConfig::default();
+        let interval = cfg.min_explore_interval_ms;
+        let (mut g, _d) = gear(Version::V2, -2.0, 2.0, cfg);
+        let t0 = Instant::now();
+        explore(&mut g, t0, 50.0, 90.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        // One burst without loss (history 0.12), one with heavy loss (0.88), both within
+        // the interval: no exploration yet.
+        let mut t = t0 + ms(1_000);
+        let (mut sent, mut lost) = (0u64, 0u64);
+        for burst_loss in [0u64, 30] {
+            for _ in 0..5 {
+                t += ms(100);
+                sent += 100;
+                lost += burst_loss;
+                let (p, why) = g.choose(ORIGIN, t);
+                assert_eq!(p, TransportPref::Tcp, "{why}");
+                assert!(
+                    !why.contains("phase=probe"),
+                    "too soon after the last exploration: {why}"
+                );
+                g.observe(&done(Transport::Tcp, 50.0, &why, 1, (sent, lost)), t + ms(50));
+            }
+        }
+        assert!(g.score(ORIGIN).expect("score") > 0.8);
+        // Nothing finishes in between; the next click, after the interval, explores.
+        let (_, why) = g.choose(ORIGIN, t0 + ms(interval + 500));
+        assert!(
+            why.contains("why=probe-1of6") && why.contains("trigger=score-jump"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn v1_switches_when_the_model_says_the_other_protocol_is_faster_and_holds_its_dwell() {
         // p = 0.88 whatever the loss (both leaves high): QUIC would be faster than TCP,
         // and TCP faster than QUIC: the dwell must stop flapping.
@@ -985,24 +1031,32 @@ mod tests {
         panic!("the checker judged no switch");
     }
 
-    /// Answers the verification whose first request `first` was chosen at `t`: two
-    /// more requests, all three on the old protocol finishing in `old_rct_ms`. Returns
-    /// the next decision.
+    /// Answers the verification whose first request `first` was chosen at `t`: five
+    /// more requests, alternately on the old protocol (TCP, finishing in `old_rct_ms`)
+    /// and the new one (QUIC, `new_rct_ms`). Returns the next decision.
     fn answer_verification(
         g: &mut WiseTrans,
         first: (TransportPref, String),
         t: Instant,
         old_rct_ms: f64,
+        new_rct_ms: f64,
     ) -> (TransportPref, String) {
         let mut asks = vec![first];
-        asks.extend((1..3).map(|k| g.choose(ORIGIN, t + ms(k))));
+        asks.extend((1..6).map(|k| g.choose(ORIGIN, t + ms(k))));
         for (k, (p, why)) in asks.iter().enumerate() {
+            let (tr, rct) = if k % 2 == 0 {
+                (Transport::Tcp, old_rct_ms)
+            } else {
+                (Transport::Quic, new_rct_ms)
+            };
             assert!(
-                why.contains("phase=probe;") && why.contains(&format!(";choice=tcp;why=verify-{}of3;ex=1", k + 1)),
+                why.contains("phase=probe;")
+                    && why.contains(&format!(";choice={}", tr.name()))
+                    && why.contains(&format!(";why=verify-{}of6;ex=1", k + 1)),
                 "{why}"
             );
-            assert_eq!(*p, TransportPref::Tcp);
-            g.observe(&done(Transport::Tcp, old_rct_ms, why, 3, (0, 0)), t + ms(10 + k as u64));
+            assert_eq!(transport_of(*p), tr, "{why}");
+            g.observe(&done(tr, rct, why, 3, (0, 0)), t + ms(10 + k as u64));
         }
         g.choose(ORIGIN, t + ms(100))
     }
@@ -1018,7 +1072,7 @@ mod tests {
             "{why}"
         );
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "nothing undone yet");
-        let (p, why) = answer_verification(&mut g, (p, why), t, 700.0);
+        let (p, why) = answer_verification(&mut g, (p, why), t, 700.0, 400.0);
         assert_eq!(p, TransportPref::Quic, "{why}");
         assert!(
             why.contains("verify=old:655.1/new:374.4") && !why.contains("rollback="),
@@ -1029,10 +1083,22 @@ mod tests {
         // QUIC alone got slower (UDP limited after the switch): back to TCP.
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let (p, why, t) = deteriorate_after_switch(&mut g, t0);
-        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0);
+        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0, 400.0);
         assert_eq!(p, TransportPref::Tcp, "{why}");
         assert!(why.contains("verify=old:93.6/new:374.4;rollback=verified"), "{why}");
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+
+        // The old protocol's requests finish sooner only for being the front of the
+        // burst: QUIC, measured beside them, is as fast, and the switch stands.
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
+        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0, 90.0);
+        assert_eq!(p, TransportPref::Quic, "{why}");
+        assert!(
+            why.contains("verify=old:93.6/new:84.2") && !why.contains("rollback="),
+            "{why}"
+        );
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
     }
 
     #[test]
