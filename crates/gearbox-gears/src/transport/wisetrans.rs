@@ -77,10 +77,10 @@ impl Version {
     }
 }
 
-/// What happened last that the next reason should mention.
+/// What happened since the last decision, for the next reason to mention (all of it:
+/// an exploration and a rollback verification can end in the same burst).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Event {
-    None,
     /// An exploration ended and selected this (with its two values, and the number of
     /// costs behind each when extras took part).
     Picked {
@@ -89,21 +89,11 @@ enum Event {
         n: Option<(usize, usize)>,
     },
     /// The rollback checker undid a switch.
-    RolledBack {
-        before: f64,
-        after: f64,
-    },
+    RolledBack { before: f64, after: f64 },
     /// The rollback checker found a switch made things worse and verifies it.
-    Suspect {
-        before: f64,
-        after: f64,
-    },
+    Suspect { before: f64, after: f64 },
     /// A verification ended: the old protocol's mean now and the new one's latest.
-    Verified {
-        old: f64,
-        current: f64,
-        rolled_back: bool,
-    },
+    Verified { old: f64, current: f64, rolled_back: bool },
     /// An exploration was abandoned.
     Abandoned,
 }
@@ -131,7 +121,7 @@ struct OriginState {
     /// Local IP of the origin's last successful connection.
     local_ip: Option<String>,
     last_used: Instant,
-    event: Event,
+    events: Vec<Event>,
 }
 
 /// The WiseTrans transport gear.
@@ -244,7 +234,7 @@ fn state_of<'a>(
         .verifying(c.rollback_verify),
         local_ip: None,
         last_used: now,
-        event: Event::None,
+        events: Vec::new(),
     });
     st.last_used = now;
     st
@@ -255,7 +245,7 @@ fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &Transport
     let to = match v {
         Verdict::Keep { .. } => return,
         Verdict::Verify { before, after, .. } => {
-            st.event = Event::Suspect { before, after };
+            st.events.push(Event::Suspect { before, after });
             return;
         }
         Verdict::Verified {
@@ -264,18 +254,18 @@ fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &Transport
             old,
             current,
         } => {
-            st.event = Event::Verified {
+            st.events.push(Event::Verified {
                 old,
                 current,
                 rolled_back,
-            };
+            });
             if !rolled_back {
                 return;
             }
             to
         }
         Verdict::RollBack { to, before, after } => {
-            st.event = Event::RolledBack { before, after };
+            st.events.push(Event::RolledBack { before, after });
             to
         }
     };
@@ -319,7 +309,7 @@ impl TransportGear for WiseTrans {
             match version {
                 Version::V2 => {
                     if st.probe.expire(now) {
-                        st.event = Event::Abandoned;
+                        st.events.push(Event::Abandoned);
                         st.last_explore = Some(now);
                     }
                     if !st.explored && !st.probe.exploring() {
@@ -390,31 +380,32 @@ impl TransportGear for WiseTrans {
                 }
             }
         };
-        match std::mem::replace(&mut st.event, Event::None) {
-            Event::None => {}
-            Event::Picked { tcp, quic, n } => {
-                extra.push(("picked", format!("tcp:{}/quic:{}", fmt_cost(tcp), fmt_cost(quic))));
-                if let Some((n_tcp, n_quic)) = n {
-                    extra.push(("n", format!("tcp:{n_tcp}/quic:{n_quic}")));
+        for event in std::mem::take(&mut st.events) {
+            match event {
+                Event::Picked { tcp, quic, n } => {
+                    extra.push(("picked", format!("tcp:{}/quic:{}", fmt_cost(tcp), fmt_cost(quic))));
+                    if let Some((n_tcp, n_quic)) = n {
+                        extra.push(("n", format!("tcp:{n_tcp}/quic:{n_quic}")));
+                    }
                 }
-            }
-            Event::RolledBack { before, after } => {
-                extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
-            }
-            Event::Suspect { before, after } => {
-                extra.push(("suspect", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
-            }
-            Event::Verified {
-                old,
-                current,
-                rolled_back,
-            } => {
-                extra.push(("verify", format!("old:{}/new:{}", fmt_cost(old), fmt_cost(current))));
-                if rolled_back {
-                    extra.push(("rollback", "verified".to_string()));
+                Event::RolledBack { before, after } => {
+                    extra.push(("rollback", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
                 }
+                Event::Suspect { before, after } => {
+                    extra.push(("suspect", format!("{}->{}", fmt_cost(before), fmt_cost(after))));
+                }
+                Event::Verified {
+                    old,
+                    current,
+                    rolled_back,
+                } => {
+                    extra.push(("verify", format!("old:{}/new:{}", fmt_cost(old), fmt_cost(current))));
+                    if rolled_back {
+                        extra.push(("rollback", "verified".to_string()));
+                    }
+                }
+                Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
             }
-            Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
         }
         let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let reason = Reason {
@@ -471,13 +462,13 @@ impl TransportGear for WiseTrans {
                     st.last_explore = Some(now);
                     st.history_score = None;
                     st.score = None;
-                    st.event = Event::Picked {
+                    st.events.push(Event::Picked {
                         tcp: out.tcp_cost,
                         quic: out.quic_cost,
                         n: out
                             .had_extras()
                             .then(|| (out.costs(Transport::Tcp).len(), out.costs(Transport::Quic).len())),
-                    };
+                    });
                     if out.selected != previous {
                         st.rollback.switched(previous, out.selected, now, &out.costs(previous));
                     }
