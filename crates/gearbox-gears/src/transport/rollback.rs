@@ -34,6 +34,15 @@
 //! old protocol, the ones the seed's rule would send there anyway when it is right.
 //! Verification requests unanswered after one interval are judged on those answered
 //! (at least one per protocol), or else given up (the switch stands).
+//!
+//! **Early verdict.** When the new protocol is the one that broke (a UDP policer), its
+//! verification requests are the slow ones, and waiting for them costs the next click
+//! too. So once the old protocol's three have answered, a new-protocol request still
+//! running counts with the time it has run so far, a lower bound on its completion
+//! time, and the checker rolls back at once when the new protocol's mean completion time
+//! (bounded so) exceeds [`EARLY_FACTOR`] times the old one's. Completion times, not
+//! size-normalised costs: an unanswered request's size is unknown; the factor covers
+//! the size differences of three responses from the same bursts.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -47,6 +56,10 @@ pub const VERIFY_REQUESTS: usize = 3;
 /// Requests of a verification, alternately on the old and the new protocol (the old
 /// one first).
 pub const VERIFY_SLOTS: usize = 2 * VERIFY_REQUESTS;
+
+/// An early verdict rolls back when the new protocol's verification requests have taken
+/// at least this many times the old one's mean completion time (see the module doc).
+pub const EARLY_FACTOR: f64 = 2.0;
 
 /// The checker's judgement.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,10 +98,14 @@ pub enum Verdict {
         to: Transport,
         /// Whether to go back to it.
         rolled_back: bool,
-        /// Mean cost of the old protocol's verification requests.
+        /// Mean cost of the old protocol's verification requests (early: their mean
+        /// completion time, ms).
         old: f64,
-        /// Mean cost of the new protocol's verification requests.
+        /// Mean cost of the new protocol's verification requests (early: a lower bound
+        /// of their mean completion time, ms).
         current: f64,
+        /// An early verdict (the new protocol's requests had not all answered).
+        early: bool,
     },
 }
 
@@ -115,6 +132,12 @@ struct Verifying {
     issued: usize,
     old_costs: Vec<f64>,
     new_costs: Vec<f64>,
+    /// Completion times (ms) of the old protocol's answered requests.
+    old_rct: Vec<f64>,
+    /// Completion times (ms) of the new protocol's answered requests.
+    new_rct: Vec<f64>,
+    /// When each of the new protocol's requests was handed out.
+    new_issued_at: Vec<Instant>,
     since: Instant,
 }
 
@@ -166,38 +189,82 @@ impl RollbackChecker {
         self.check.is_some() || self.verifying.is_some()
     }
 
-    /// The next verification request, if one is due: (verification id, 1-based slot
-    /// number, the protocol it must use: the old one in odd slots, the new one in even).
-    pub fn next_verify(&mut self) -> Option<(u64, usize, Transport)> {
+    /// The next verification request handed out at `now`, if one is due: (verification
+    /// id, 1-based slot number, the protocol it must use: the old one in odd slots, the
+    /// new one in even).
+    pub fn next_verify(&mut self, now: Instant) -> Option<(u64, usize, Transport)> {
         let v = self.verifying.as_mut()?;
         if v.issued >= VERIFY_SLOTS {
             return None;
         }
         v.issued += 1;
-        let transport = if v.issued % 2 == 1 { v.old } else { v.new };
+        let transport = if v.issued % 2 == 1 {
+            v.old
+        } else {
+            v.new_issued_at.push(now);
+            v.new
+        };
         Some((v.id, v.issued, transport))
     }
 
-    /// The result of a request of verification `id` that ran on `transport` (a failed
-    /// one costs like any failure). Returns the verdict when this was the last one
-    /// missing; results of another verification, or beyond the requests issued on that
+    /// The result, at `now`, of a request of verification `id` that ran on `transport`:
+    /// its cost and completion time, ms (a failed one costs and takes like any failure).
+    /// Returns the verdict when this was the last one missing or allows an early one;
+    /// results of another verification, or beyond the requests issued on that
     /// protocol, are ignored.
-    pub fn observe_verify(&mut self, id: u64, transport: Transport, cost: f64) -> Option<Verdict> {
-        let cost = if cost.is_nan() { f64::INFINITY } else { cost };
+    pub fn observe_verify(
+        &mut self,
+        id: u64,
+        transport: Transport,
+        cost: f64,
+        rct_ms: f64,
+        now: Instant,
+    ) -> Option<Verdict> {
+        let finite = |x: f64| if x.is_nan() { f64::INFINITY } else { x };
         let v = self.verifying.as_mut().filter(|v| v.id == id)?;
-        let (costs, issued) = if transport == v.old {
-            (&mut v.old_costs, v.issued.div_ceil(2))
+        let (costs, rcts, issued) = if transport == v.old {
+            (&mut v.old_costs, &mut v.old_rct, v.issued.div_ceil(2))
         } else {
-            (&mut v.new_costs, v.issued / 2)
+            (&mut v.new_costs, &mut v.new_rct, v.issued / 2)
         };
         if costs.len() >= issued {
             return None;
         }
-        costs.push(cost);
+        costs.push(finite(cost));
+        rcts.push(finite(rct_ms));
         if v.old_costs.len() < VERIFY_REQUESTS || v.new_costs.len() < VERIFY_REQUESTS {
-            return None;
+            return self.early_verdict(now);
         }
         self.finish_verify()
+    }
+
+    /// The early verdict (module doc), if the verification running at `now` allows it.
+    fn early_verdict(&mut self, now: Instant) -> Option<Verdict> {
+        let v = self.verifying.as_ref()?;
+        if v.old_rct.len() < VERIFY_REQUESTS || v.new_issued_at.len() < VERIFY_REQUESTS {
+            return None;
+        }
+        let old = v.old_rct.iter().sum::<f64>() / v.old_rct.len() as f64;
+        // Which requests are still out is not tracked; counting the latest hand-outs as
+        // the running ones (the least time run) keeps the bound a bound.
+        let bound: f64 = v.new_rct.iter().sum::<f64>()
+            + v.new_issued_at[v.new_rct.len().min(v.new_issued_at.len())..]
+                .iter()
+                .map(|t| now.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+                .sum::<f64>();
+        let current = bound / VERIFY_REQUESTS as f64;
+        if current <= old * EARLY_FACTOR {
+            return None;
+        }
+        let to = v.old;
+        self.verifying = None;
+        Some(Verdict::Verified {
+            to,
+            rolled_back: true,
+            old,
+            current,
+            early: true,
+        })
     }
 
     /// Judges the running verification on the answers it has: `Verified` with at least
@@ -217,6 +284,7 @@ impl RollbackChecker {
             rolled_back: old < current,
             old,
             current,
+            early: false,
         })
     }
 
@@ -280,7 +348,7 @@ impl RollbackChecker {
     pub fn poll(&mut self, now: Instant) -> Option<Verdict> {
         if let Some(v) = &self.verifying {
             if now.saturating_duration_since(v.since) <= self.interval {
-                return None;
+                return self.early_verdict(now);
             }
             return self.finish_verify();
         }
@@ -303,6 +371,9 @@ impl RollbackChecker {
                         issued: 0,
                         old_costs: Vec::new(),
                         new_costs: Vec::new(),
+                        old_rct: Vec::new(),
+                        new_rct: Vec::new(),
+                        new_issued_at: Vec::new(),
                         since: now,
                     });
                     self.check = None;
@@ -423,8 +494,10 @@ mod tests {
                 "{verdict:?}"
             );
             assert!(rc.checking(), "a verification keeps the switch on probation");
-            let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify()).collect();
+            let tv = t0 + 21 * S;
+            let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify(tv)).collect();
             let (tcp, quic) = (Transport::Tcp, Transport::Quic);
+            let ms = Duration::from_millis;
             assert_eq!(
                 asks,
                 vec![
@@ -437,25 +510,30 @@ mod tests {
                 ]
             );
             assert_eq!(
-                rc.observe_verify(2, tcp, old_now),
+                rc.observe_verify(2, tcp, old_now, old_now, tv + ms(1)),
                 None,
                 "another verification's result"
             );
             // The new protocol, measured in the same requests' company, costs 160.
             for _ in 0..3 {
-                assert_eq!(rc.observe_verify(1, quic, 160.0), None);
+                assert_eq!(rc.observe_verify(1, quic, 160.0, 160.0, tv + ms(160)), None);
             }
-            assert_eq!(rc.observe_verify(1, quic, 1.0), None, "beyond the slots issued");
-            assert_eq!(rc.observe_verify(1, tcp, old_now), None);
-            assert_eq!(rc.observe_verify(1, tcp, old_now), None);
-            let v = rc.observe_verify(1, tcp, old_now);
+            assert_eq!(
+                rc.observe_verify(1, quic, 1.0, 1.0, tv + ms(170)),
+                None,
+                "beyond the slots issued"
+            );
+            assert_eq!(rc.observe_verify(1, tcp, old_now, old_now, tv + ms(200)), None);
+            assert_eq!(rc.observe_verify(1, tcp, old_now, old_now, tv + ms(200)), None);
+            let v = rc.observe_verify(1, tcp, old_now, old_now, tv + ms(200));
             assert_eq!(
                 v,
                 Some(Verdict::Verified {
                     to: Transport::Tcp,
                     rolled_back: back,
                     old: old_now,
-                    current: 160.0
+                    current: 160.0,
+                    early: false,
                 })
             );
             assert!(!rc.checking());
@@ -471,7 +549,7 @@ mod tests {
             rc.observe(Transport::Quic, 500.0, t0 + i * S);
         }
         assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
-        assert!(rc.next_verify().is_some());
+        assert!(rc.next_verify(t0 + 10 * S).is_some());
         assert_eq!(rc.poll(t0 + 15 * S), None);
         assert!(matches!(rc.poll(t0 + 21 * S), Some(Verdict::Keep { .. })));
         assert!(!rc.checking());
@@ -486,10 +564,10 @@ mod tests {
             rc.observe(Transport::Quic, 500.0, t0 + i * S);
         }
         assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
-        let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify()).collect();
+        let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify(t0 + 10 * S)).collect();
         assert_eq!(asks.len(), VERIFY_SLOTS);
-        assert_eq!(rc.observe_verify(1, Transport::Tcp, 100.0), None);
-        assert_eq!(rc.observe_verify(1, Transport::Quic, 400.0), None);
+        assert_eq!(rc.observe_verify(1, Transport::Tcp, 100.0, 100.0, t0 + 11 * S), None);
+        assert_eq!(rc.observe_verify(1, Transport::Quic, 400.0, 400.0, t0 + 11 * S), None);
         assert_eq!(rc.poll(t0 + 15 * S), None);
         assert_eq!(
             rc.poll(t0 + 21 * S),
@@ -497,7 +575,43 @@ mod tests {
                 to: Transport::Tcp,
                 rolled_back: true,
                 old: 100.0,
-                current: 400.0
+                current: 400.0,
+                early: false,
+            })
+        );
+        assert!(!rc.checking());
+    }
+
+    #[test]
+    fn a_new_protocol_that_takes_too_long_to_answer_its_verification_is_rolled_back_early() {
+        let ms = Duration::from_millis;
+        let (tcp, quic) = (Transport::Tcp, Transport::Quic);
+        let t0 = Instant::now();
+        let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
+        rc.switched(tcp, quic, t0, &[100.0, 100.0, 100.0]);
+        for i in 1..=3 {
+            rc.observe(quic, 500.0, t0 + i * S);
+        }
+        assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        let tv = t0 + 10 * S;
+        assert_eq!(std::iter::from_fn(|| rc.next_verify(tv)).count(), VERIFY_SLOTS);
+        // TCP answers in 100 ms each, QUIC once in 150 ms; two QUIC requests still run.
+        for _ in 0..3 {
+            assert_eq!(rc.observe_verify(1, tcp, 100.0, 100.0, tv + ms(100)), None);
+        }
+        assert_eq!(rc.observe_verify(1, quic, 150.0, 150.0, tv + ms(150)), None);
+        // At 200 ms QUIC's mean is at least (150 + 200 + 200) / 3 = 183 < 2 x 100: wait.
+        assert_eq!(rc.poll(tv + ms(200)), None);
+        assert!(rc.checking());
+        // At 300 ms it is at least (150 + 300 + 300) / 3 = 250 > 200: back to TCP now.
+        assert_eq!(
+            rc.poll(tv + ms(300)),
+            Some(Verdict::Verified {
+                to: tcp,
+                rolled_back: true,
+                old: 100.0,
+                current: 250.0,
+                early: true,
             })
         );
         assert!(!rc.checking());

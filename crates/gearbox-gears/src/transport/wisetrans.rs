@@ -32,8 +32,9 @@
 //! alternately to the old and the new protocol (`phase=probe;why=verify-<k>of6;ex=<id>`,
 //! the first also saying `suspect=<before>-><after>`), and the gear goes back only if the
 //! old protocol's three beat the new one's (`verify=old:<cost>/new:<cost>`, with
-//! `rollback=` when it goes back). `rollback_verify = false`: back at once, the seed's
-//! rule.
+//! `rollback=` when it goes back), or at once when the new protocol's verification
+//! requests take more than twice as long as the old one's (`early=rct`, see
+//! [`super::rollback`]). `rollback_verify = false`: back at once, the seed's rule.
 //!
 //! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
 //! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
@@ -92,8 +93,14 @@ enum Event {
     RolledBack { before: f64, after: f64 },
     /// The rollback checker found a switch made things worse and verifies it.
     Suspect { before: f64, after: f64 },
-    /// A verification ended: the old protocol's mean now and the new one's latest.
-    Verified { old: f64, current: f64, rolled_back: bool },
+    /// A verification ended: each protocol's mean over its verification requests
+    /// (early: completion times, the new one's a lower bound).
+    Verified {
+        old: f64,
+        current: f64,
+        rolled_back: bool,
+        early: bool,
+    },
     /// An exploration was abandoned.
     Abandoned,
 }
@@ -253,11 +260,13 @@ fn apply_verdict(st: &mut OriginState, v: Verdict, now: Instant, cfg: &Transport
             rolled_back,
             old,
             current,
+            early,
         } => {
             st.events.push(Event::Verified {
                 old,
                 current,
                 rolled_back,
+                early,
             });
             if !rolled_back {
                 return;
@@ -300,7 +309,8 @@ impl TransportGear for WiseTrans {
         }
         let why_buf: String;
         let mut extra: Vec<(&'static str, String)> = Vec::new();
-        let (phase, choice, why): (&'static str, Transport, &str) = if let Some((id, k, to)) = st.rollback.next_verify()
+        let (phase, choice, why): (&'static str, Transport, &str) = if let Some((id, k, to)) =
+            st.rollback.next_verify(now)
         {
             why_buf = format!("verify-{k}of{VERIFY_SLOTS}");
             extra.push(("ex", id.to_string()));
@@ -398,8 +408,16 @@ impl TransportGear for WiseTrans {
                     old,
                     current,
                     rolled_back,
+                    early,
                 } => {
-                    extra.push(("verify", format!("old:{}/new:{}", fmt_cost(old), fmt_cost(current))));
+                    let at_least = if early { "+" } else { "" };
+                    extra.push((
+                        "verify",
+                        format!("old:{}/new:{}{at_least}", fmt_cost(old), fmt_cost(current)),
+                    ));
+                    if early {
+                        extra.push(("early", "rct".to_string()));
+                    }
                     if rolled_back {
                         extra.push(("rollback", "verified".to_string()));
                     }
@@ -443,7 +461,11 @@ impl TransportGear for WiseTrans {
 
         // A verification request's result goes to the Rollback Checker, and nowhere else.
         if let Some(id) = record.decision.as_deref().and_then(|d| verify_ref(d, self.mode)) {
-            if let Some(v) = st.rollback.observe_verify(id, transport, cost) {
+            let rct = match (&record.error, record.rct_ms) {
+                (None, Some(r)) if r.is_finite() && r >= 0.0 => r,
+                _ => cfg.failed_request_cost_ms,
+            };
+            if let Some(v) = st.rollback.observe_verify(id, transport, cost, rct, now) {
                 apply_verdict(st, v, now, cfg);
             }
             return;
@@ -1071,12 +1093,17 @@ mod tests {
         );
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
 
-        // QUIC alone got slower (UDP limited after the switch): back to TCP.
+        // QUIC alone got slower (UDP limited after the switch): back to TCP, as soon as
+        // TCP's three have answered (100 ms each) while QUIC's two answers (400 ms) and
+        // its third request's time so far already average over twice that.
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let (p, why, t) = deteriorate_after_switch(&mut g, t0);
         let (p, why) = answer_verification(&mut g, (p, why), t, 100.0, 400.0);
         assert_eq!(p, TransportPref::Tcp, "{why}");
-        assert!(why.contains("verify=old:93.6/new:374.4;rollback=verified"), "{why}");
+        assert!(
+            why.contains("verify=old:100.0/new:269.7+;early=rct;rollback=verified"),
+            "{why}"
+        );
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
 
         // The old protocol's requests finish sooner only for being the front of the
