@@ -255,12 +255,13 @@ pub struct TransportConfig {
     pub rollback_hold_ms: u64,
     /// When the Rollback Checker finds a switch made things worse, it first sends the
     /// next six requests alternately on the old and the new protocol and goes back only
-    /// if the old protocol's three beat the new one's (gearbox's addition to §III-E,
-    /// [`rollback`]). Why: the
-    /// checker compares the old protocol *before* the switch with the new one *after*
-    /// it, so on a path that worsens after the switch it blames the protocol for the
-    /// path; in the lab that undid right choices in 4 of 6 v2 runs and all 6 v1 runs of
-    /// the `plain` region (docs/wisetrans.md). `false` is the seed's rule: go back at once.
+    /// if the old protocol's three beat the new one's, or at once when the new one's take
+    /// over twice as long (gearbox's addition to §III-E, [`rollback`]). Why: the checker
+    /// compares the old protocol *before* the switch with the new one *after* it, so on
+    /// a path that worsens after the switch it blames the protocol for the path. Measured
+    /// (docs/wisetrans.md, three evaluations): faster than the seed's rule where paths
+    /// change under a right choice (`plain`), slower where the new protocol itself broke
+    /// (`udp`, a UDP policer). `false` is the seed's rule: go back at once.
     pub rollback_verify: bool,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
