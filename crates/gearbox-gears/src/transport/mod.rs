@@ -356,12 +356,25 @@ impl TransportConfig {
     }
 }
 
+/// A successful request's completion time, ms (`None`: an error, or no usable time).
+fn completed_rct(record: &ClientRecord) -> Option<f64> {
+    record
+        .rct_ms
+        .filter(|rct| record.error.is_none() && rct.is_finite() && *rct >= 0.0)
+}
+
+/// A request's completion time as the gear counts it, ms: its RCT, or
+/// `failed_request_cost_ms` for a failed request.
+pub fn request_rct(record: &ClientRecord, cfg: &TransportConfig) -> f64 {
+    completed_rct(record).unwrap_or(cfg.failed_request_cost_ms)
+}
+
 /// A request's cost as the Probe Agent and Rollback Checker compare it: completion
 /// time normalised for response size, `rct_ms / (1 + bytes / size_norm_bytes)`; a
 /// failed request (error, or no completion time) costs `failed_request_cost_ms`.
 pub fn request_cost(record: &ClientRecord, cfg: &TransportConfig) -> f64 {
-    match (record.error.as_ref(), record.rct_ms) {
-        (None, Some(rct)) if rct.is_finite() && rct >= 0.0 => {
+    match completed_rct(record) {
+        Some(rct) => {
             let norm = if cfg.size_norm_bytes > 0.0 {
                 1.0 + record.bytes as f64 / cfg.size_norm_bytes
             } else {
@@ -369,7 +382,7 @@ pub fn request_cost(record: &ClientRecord, cfg: &TransportConfig) -> f64 {
             };
             rct / norm
         }
-        _ => cfg.failed_request_cost_ms,
+        None => cfg.failed_request_cost_ms,
     }
 }
 

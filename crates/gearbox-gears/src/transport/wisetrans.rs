@@ -57,7 +57,7 @@ use super::features::FeatureExtractor;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
 use super::rollback::{RollbackChecker, Verdict, VERIFY_SLOTS};
-use super::{decision_field, origin_key, request_cost, Mode, Reason, Transport, TransportConfig};
+use super::{decision_field, origin_key, request_cost, request_rct, Mode, Reason, Transport, TransportConfig};
 
 /// Which WiseTrans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -461,10 +461,7 @@ impl TransportGear for WiseTrans {
 
         // A verification request's result goes to the Rollback Checker, and nowhere else.
         if let Some(id) = record.decision.as_deref().and_then(|d| verify_ref(d, self.mode)) {
-            let rct = match (&record.error, record.rct_ms) {
-                (None, Some(r)) if r.is_finite() && r >= 0.0 => r,
-                _ => cfg.failed_request_cost_ms,
-            };
+            let rct = request_rct(record, cfg);
             if let Some(v) = st.rollback.observe_verify(id, transport, cost, rct, now) {
                 apply_verdict(st, v, now, cfg);
             }
