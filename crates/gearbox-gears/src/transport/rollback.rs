@@ -130,12 +130,10 @@ struct Verifying {
     new: Transport,
     /// Slots handed out.
     issued: usize,
-    old_costs: Vec<f64>,
-    new_costs: Vec<f64>,
-    /// Completion times (ms) of the old protocol's answered requests.
-    old_rct: Vec<f64>,
-    /// Completion times (ms) of the new protocol's answered requests.
-    new_rct: Vec<f64>,
+    /// The old protocol's answers: (cost, completion time in ms).
+    old_answers: Vec<(f64, f64)>,
+    /// The new protocol's answers: (cost, completion time in ms).
+    new_answers: Vec<(f64, f64)>,
     /// When each of the new protocol's requests was handed out.
     new_issued_at: Vec<Instant>,
     since: Instant,
@@ -222,17 +220,16 @@ impl RollbackChecker {
     ) -> Option<Verdict> {
         let finite = |x: f64| if x.is_nan() { f64::INFINITY } else { x };
         let v = self.verifying.as_mut().filter(|v| v.id == id)?;
-        let (costs, rcts, issued) = if transport == v.old {
-            (&mut v.old_costs, &mut v.old_rct, v.issued.div_ceil(2))
+        let (answers, issued) = if transport == v.old {
+            (&mut v.old_answers, v.issued.div_ceil(2))
         } else {
-            (&mut v.new_costs, &mut v.new_rct, v.issued / 2)
+            (&mut v.new_answers, v.issued / 2)
         };
-        if costs.len() >= issued {
+        if answers.len() >= issued {
             return None;
         }
-        costs.push(finite(cost));
-        rcts.push(finite(rct_ms));
-        if v.old_costs.len() < VERIFY_REQUESTS || v.new_costs.len() < VERIFY_REQUESTS {
+        answers.push((finite(cost), finite(rct_ms)));
+        if v.old_answers.len() < VERIFY_REQUESTS || v.new_answers.len() < VERIFY_REQUESTS {
             return self.early_verdict(now);
         }
         self.finish_verify()
@@ -241,14 +238,15 @@ impl RollbackChecker {
     /// The early verdict (module doc), if the verification running at `now` allows it.
     fn early_verdict(&mut self, now: Instant) -> Option<Verdict> {
         let v = self.verifying.as_ref()?;
-        if v.old_rct.len() < VERIFY_REQUESTS || v.new_issued_at.len() < VERIFY_REQUESTS {
+        if v.old_answers.len() < VERIFY_REQUESTS || v.new_issued_at.len() < VERIFY_REQUESTS {
             return None;
         }
-        let old = v.old_rct.iter().sum::<f64>() / v.old_rct.len() as f64;
+        let old = mean(v.old_answers.iter().map(|a| a.1));
         // Which requests are still out is not tracked; counting the latest hand-outs as
         // the running ones (the least time run) keeps the bound a bound.
-        let bound: f64 = v.new_rct.iter().sum::<f64>()
-            + v.new_issued_at[v.new_rct.len().min(v.new_issued_at.len())..]
+        let answered = v.new_answers.len().min(v.new_issued_at.len());
+        let bound: f64 = v.new_answers.iter().map(|a| a.1).sum::<f64>()
+            + v.new_issued_at[answered..]
                 .iter()
                 .map(|t| now.saturating_duration_since(*t).as_secs_f64() * 1000.0)
                 .sum::<f64>();
@@ -271,14 +269,14 @@ impl RollbackChecker {
     /// one per protocol, otherwise `Keep` (the switch stands).
     fn finish_verify(&mut self) -> Option<Verdict> {
         let v = self.verifying.take()?;
-        let mean = |c: &[f64]| c.iter().sum::<f64>() / c.len() as f64;
-        if v.old_costs.is_empty() || v.new_costs.is_empty() {
+        if v.old_answers.is_empty() || v.new_answers.is_empty() {
             return Some(Verdict::Keep {
                 before: f64::NAN,
                 after: f64::NAN,
             });
         }
-        let (old, current) = (mean(&v.old_costs), mean(&v.new_costs));
+        let old = mean(v.old_answers.iter().map(|a| a.0));
+        let current = mean(v.new_answers.iter().map(|a| a.0));
         Some(Verdict::Verified {
             to: v.old,
             rolled_back: old < current,
@@ -369,10 +367,8 @@ impl RollbackChecker {
                         old: to,
                         new: c.to,
                         issued: 0,
-                        old_costs: Vec::new(),
-                        new_costs: Vec::new(),
-                        old_rct: Vec::new(),
-                        new_rct: Vec::new(),
+                        old_answers: Vec::new(),
+                        new_answers: Vec::new(),
                         new_issued_at: Vec::new(),
                         since: now,
                     });
@@ -408,6 +404,12 @@ impl RollbackChecker {
             }
         }
     }
+}
+
+/// The mean of a non-empty series.
+fn mean(xs: impl ExactSizeIterator<Item = f64>) -> f64 {
+    let n = xs.len() as f64;
+    xs.sum::<f64>() / n
 }
 
 #[cfg(test)]
