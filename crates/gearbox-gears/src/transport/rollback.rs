@@ -542,15 +542,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_unanswered_verification_is_given_up_after_an_interval_and_the_switch_stands() {
-        let t0 = Instant::now();
+    /// A verifying checker after a TCP -> QUIC switch at `t0` (before: 100 each) whose
+    /// QUIC requests cost 500: at `t0` + 10 s it asks for a verification.
+    fn verifying_at_10s(t0: Instant) -> RollbackChecker {
         let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
         rc.switched(Transport::Tcp, Transport::Quic, t0, &[100.0, 100.0, 100.0]);
         for i in 1..=3 {
             rc.observe(Transport::Quic, 500.0, t0 + i * S);
         }
         assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        rc
+    }
+
+    #[test]
+    fn an_unanswered_verification_is_given_up_after_an_interval_and_the_switch_stands() {
+        let t0 = Instant::now();
+        let mut rc = verifying_at_10s(t0);
         assert!(rc.next_verify(t0 + 10 * S).is_some());
         assert_eq!(rc.poll(t0 + 15 * S), None);
         assert!(matches!(rc.poll(t0 + 21 * S), Some(Verdict::Keep { .. })));
@@ -560,12 +567,7 @@ mod tests {
     #[test]
     fn a_partly_answered_verification_is_judged_after_an_interval_on_what_it_has() {
         let t0 = Instant::now();
-        let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
-        rc.switched(Transport::Tcp, Transport::Quic, t0, &[100.0, 100.0, 100.0]);
-        for i in 1..=3 {
-            rc.observe(Transport::Quic, 500.0, t0 + i * S);
-        }
-        assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        let mut rc = verifying_at_10s(t0);
         let asks: Vec<_> = std::iter::from_fn(|| rc.next_verify(t0 + 10 * S)).collect();
         assert_eq!(asks.len(), VERIFY_SLOTS);
         assert_eq!(rc.observe_verify(1, Transport::Tcp, 100.0, 100.0, t0 + 11 * S), None);
@@ -589,12 +591,7 @@ mod tests {
         let ms = Duration::from_millis;
         let (tcp, quic) = (Transport::Tcp, Transport::Quic);
         let t0 = Instant::now();
-        let mut rc = RollbackChecker::new(true, 10 * S, 0.2, 3).verifying(true);
-        rc.switched(tcp, quic, t0, &[100.0, 100.0, 100.0]);
-        for i in 1..=3 {
-            rc.observe(quic, 500.0, t0 + i * S);
-        }
-        assert!(matches!(rc.poll(t0 + 10 * S), Some(Verdict::Verify { .. })));
+        let mut rc = verifying_at_10s(t0);
         let tv = t0 + 10 * S;
         assert_eq!(std::iter::from_fn(|| rc.next_verify(tv)).count(), VERIFY_SLOTS);
         // TCP answers in 100 ms each, QUIC once in 150 ms; two QUIC requests still run.

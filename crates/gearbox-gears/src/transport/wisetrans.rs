@@ -1071,6 +1071,16 @@ mod tests {
         g.choose(ORIGIN, t + ms(100))
     }
 
+    /// A fresh v2 gear's switch to QUIC, found worse and verified with TCP answering in
+    /// `old_rct_ms` and QUIC in `new_rct_ms`: the decision after the verdict, and the
+    /// protocol selected then.
+    fn verified_switch(t0: Instant, old_rct_ms: f64, new_rct_ms: f64) -> (TransportPref, String, Option<Transport>) {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
+        let (p, why) = answer_verification(&mut g, (p, why), t, old_rct_ms, new_rct_ms);
+        (p, why, g.selected(ORIGIN))
+    }
+
     #[test]
     fn a_bad_switch_is_verified_on_the_old_protocol_before_it_is_undone() {
         // The path worsened for both protocols: TCP, measured again, is slower still.
@@ -1093,27 +1103,23 @@ mod tests {
         // QUIC alone got slower (UDP limited after the switch): back to TCP, as soon as
         // TCP's three have answered (100 ms each) while QUIC's two answers (400 ms) and
         // its third request's time so far already average over twice that.
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
-        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
-        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0, 400.0);
+        let (p, why, selected) = verified_switch(t0, 100.0, 400.0);
         assert_eq!(p, TransportPref::Tcp, "{why}");
         assert!(
             why.contains("verify=old:100.0/new:269.7+;early=rct;rollback=verified"),
             "{why}"
         );
-        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        assert_eq!(selected, Some(Transport::Tcp));
 
         // The old protocol's requests finish sooner only for being the front of the
         // burst: QUIC, measured beside them, is as fast, and the switch stands.
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
-        let (p, why, t) = deteriorate_after_switch(&mut g, t0);
-        let (p, why) = answer_verification(&mut g, (p, why), t, 100.0, 90.0);
+        let (p, why, selected) = verified_switch(t0, 100.0, 90.0);
         assert_eq!(p, TransportPref::Quic, "{why}");
         assert!(
             why.contains("verify=old:93.6/new:84.2") && !why.contains("rollback="),
             "{why}"
         );
-        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        assert_eq!(selected, Some(Transport::Quic));
     }
 
     #[test]
