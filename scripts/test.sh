@@ -11,5 +11,7 @@ echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"; cargo build -p gearbox-cli --locked
 GEARBOX_BIN="$PWD/target/debug/gearbox" cargo test --workspace --locked
 echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
-echo "== pytest"; GEARBOX_BIN="$PWD/target/debug/gearbox" .venv/bin/pytest -q python/tests
+# Everything the tests need is installed above, so a skipped test is a failed one here
+# (python/tests/require_all.py).
+echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="$PWD/target/debug/gearbox" .venv/bin/pytest -q python/tests
 echo "all tests passed"

@@ -2,7 +2,8 @@
 
 The binary is $GEARBOX_BIN, else target/release/gearbox or target/debug/gearbox (the newer
 one); build it with `cargo build -p gearbox-cli`. Tests that need it are skipped, saying so,
-when none is found and GEARBOX_BIN is unset.
+when none is found and GEARBOX_BIN is unset; under `make test` (GEARBOX_REQUIRE_ALL=1) every
+skip is a failure (require_all.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from require_all import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from support import Edge, find_gearbox_bin, free_port, make_cert, stop, wait_until_listening
 
 
