@@ -221,6 +221,26 @@ def test_the_emu_toml_written_reads_back_as_the_same_config(tmp_path: Path) -> N
     assert tomllib.loads(sc.dumps_toml(emu)) == emu
 
 
+def test_the_emu_toml_keeps_characters_outside_the_basic_plane(tmp_path: Path) -> None:
+    """A trace file whose path has an emoji: JSON-style `\\ud83d\\ude80` surrogate escapes
+    are not TOML, so the file must hold the character itself."""
+    folder = tmp_path / "traces \U0001f680"
+    folder.mkdir()
+    (folder / "up\u00e9.trace").write_text("1\n")
+    s = sc.load(write(tmp_path, BASE.replace("bandwidth_mbps = 20", 'trace = "traces \U0001f680/up\u00e9.trace"')))
+
+    def user_file(ref: sc.TraceRef, seed: int) -> Path:
+        assert ref.file is not None  # a user's file is used as it is (the runner's TraceFiles)
+        return ref.file
+
+    emu = sc.emu_config(s, sc.conditions(s)[0], user_file)
+    text = sc.dumps_toml(emu)
+    assert "\U0001f680" in text
+    back = tomllib.loads(text)
+    assert back == emu
+    assert back["path"][0]["downlink"]["trace_file"] == str(folder / "up\u00e9.trace")
+
+
 def test_a_population_compiles_prefix_overrides(tmp_path: Path) -> None:
     text = BASE.replace('name = "t"', 'name = "t"\ntopology = "population"') + (
         "[population]\nprefixes = 4\nhosts_per_prefix = 2\n[[population.prefix]]\nindex = 3\nrtt_ms = 120\n"

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 TOPOLOGIES = ("single", "multipath", "population")
 BUILTIN_WORKLOADS = ("feed", "app", "search", "bulk", "page")
 # "auto": the client's transport gear picks per request (`--gear MODE` in load_args,
@@ -999,51 +1001,6 @@ def emu_config(s: Scenario, c: Condition, resolve: TraceResolver) -> dict[str, A
 
 
 def dumps_toml(doc: dict[str, Any]) -> str:
-    """TOML text of a dict of tables, arrays of tables, arrays and scalars (what
-    `emu_config` makes). The standard library reads TOML but does not write it; this
-    small writer saves a dependency (tomli-w) for one file format we control."""
-    lines: list[str] = []
-    _emit_table(doc, [], lines)
-    return "\n".join(lines).strip() + "\n"
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _scalar(k)
-
-
-def _scalar(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"cannot write {v} to TOML")
-        return repr(v)
-    if isinstance(v, str):
-        import json
-
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_scalar(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_scalar(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _emit_table(d: dict[str, Any], path: list[str], lines: list[str]) -> None:
-    def is_table_array(v: Any) -> bool:
-        return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
-
-    for k, v in d.items():
-        if not isinstance(v, dict) and not is_table_array(v):
-            lines.append(f"{_key(k)} = {_scalar(v)}")
-    for k, v in d.items():
-        if isinstance(v, dict):
-            lines += ["", "[" + ".".join(_key(x) for x in [*path, k]) + "]"]
-            _emit_table(v, [*path, k], lines)
-    for k, v in d.items():
-        if is_table_array(v):
-            for item in v:
-                lines += ["", "[[" + ".".join(_key(x) for x in [*path, k]) + "]]"]
-                _emit_table(item, [*path, k], lines)
+    """TOML text of a config dict (what `emu_config` makes), written by tomli-w: strings
+    with any Unicode (a trace file's path) come out as TOML reads them back."""
+    return tomli_w.dumps(doc)
