@@ -1,6 +1,6 @@
 """The experiment runner: every policy of a scenario on identical emulated conditions,
 then one results table and the per-policy RCT statistics with reductions against the
-baselines (DESIGN.md principle 3: a result is a ratio against baselines measured in
+baselines (docs/architecture.md: a result is a ratio against baselines measured in
 the same run).
 
 A *run* is one (condition, policy, repetition). All policies of a condition and

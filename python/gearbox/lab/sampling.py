@@ -1,6 +1,6 @@
 """Space-filling samples of network conditions: the WSP algorithm.
 
-Floo (seeds/001 §4.3.1) picks its RTT, jitter, loss and buffer values "using the
+Floo (Floo §4.3.1, docs/papers.md) picks its RTT, jitter, loss and buffer values "using the
 space-filling WSP algorithm [17, 44] over the ranges listed in Tab. 4". WSP (Wootton,
 Sergent, Phan-Tan-Luu; in the form of Santiago, Claeys-Bruno and Sergent, Chemometrics
 and Intelligent Laboratory Systems 113:26-31, 2012, Floo's ref. [44]) thins a large

@@ -45,8 +45,9 @@ PROTOS = ("tcp", "h1", "quic", "auto")
 TRACE_PRESETS = ("3g-hsdpa", "4g-stationary", "4g-mobile", "5g-stationary", "5g-mobile", "wifi", "high-speed-rail")
 QUEUE_DISCIPLINES = ("drop_tail", "drop_head", "codel")
 
-# The static baselines every scenario can name without defining them (DESIGN.md
-# principle 3): `gearbox load --proto` of each, and a label for tables.
+# The static baselines every scenario can name without defining them (every result is a
+# ratio against baselines, docs/architecture.md): `gearbox load --proto` of each, and a
+# label for tables.
 BUILTIN_POLICIES: dict[str, tuple[str, str]] = {
     "tcp": ("tcp", "HTTP/2 over TCP"),
     "h1": ("h1", "HTTP/1.1 over TCP"),

@@ -7,7 +7,7 @@ For each set the script writes, under `crates/gearbox-policy/tests/vectors/`:
   <set>.cases.json  input rows (raw feature values, null = missing) and the
                     Python library's outputs for them
 
-Sets (WiseTrans network monitor, seeds/000 §III-C, §IV-B1: XGBoost with
+Sets (WiseTrans network monitor, WiseTrans §III-C, §IV-B1: XGBoost with
 max depth 7 and min child weight 1):
   a_xgb_binary      binary:logistic, 50 trees, depth 7, min_child_weight 1
   b_xgb_missing     binary:logistic on data with ~15% missing values
@@ -68,7 +68,7 @@ class Config:
     n_train: int = 600  # small on purpose: keeps depth-7 trees (and the repo) small
     n_cases: int = 200
     n_threshold_probes: int = 40  # of n_cases: rows with a feature exactly on a split
-    # seeds/000 §IV-B1: "maximum depth of 7 and minimum child weight of 1"
+    # WiseTrans §IV-B1: "maximum depth of 7 and minimum child weight of 1"
     xgb_max_depth: int = 7
     xgb_min_child_weight: float = 1.0
     xgb_trees: int = 50
@@ -83,7 +83,7 @@ class Config:
     out_dir: Path = Path("crates/gearbox-policy/tests/vectors")
 
 
-# seeds/000 Table I, with units in the names.
+# WiseTrans Table I, with units in the names.
 WISETRANS_FEATURES = [
     "retran_rate",
     "rtt_avg_ms",

@@ -2,8 +2,9 @@
 
 gearbox evaluates tree ensembles from one file format, XGBoost's own JSON
 (`Booster.save_model("m.json")`), so forests are converted into that shape
-rather than given a second format (DESIGN.md "Choices already made"). Two
-things differ from an XGBoost booster and are spelled out in the file:
+rather than given a second format (docs/models.md says why: one evaluator, checked
+against the Python libraries on shipped vectors). Two things differ from an XGBoost
+booster and are spelled out in the file:
 
 * `learner.objective.name` is `"gearbox:forest_proba"`: the output is the MEAN
   over trees of each tree's class-probability vector (scikit-learn's

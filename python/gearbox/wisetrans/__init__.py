@@ -1,4 +1,4 @@
-"""WiseTrans (seeds/000): the data, training and evaluation half of the transport gear.
+"""WiseTrans (docs/papers.md): the data, training and evaluation half of the transport gear.
 
 The gear itself is Rust (crates/gearbox-gears, docs/wisetrans.md). Here, one file per
 pipeline: `dataset` (paired TCP-only / QUIC-only lab runs -> labelled rows), `train`

@@ -1,10 +1,10 @@
-"""WiseTrans training data (seeds/000 §IV-B3): paired TCP-only / QUIC-only lab runs -> labelled rows.
+"""WiseTrans training data (WiseTrans §IV-B3): paired TCP-only / QUIC-only lab runs -> labelled rows.
 
     python -m gearbox.wisetrans dataset            # run the scenarios (root), build data/wisetrans/dataset.parquet
     python -m gearbox.wisetrans dataset --no-run   # rebuild the rows from runs already in --out
 
 The seed trains on 128,000 request logs from 38 hours of a production app (§IV-B3); we have
-no users, so the lab replays the same `feed` requests (seeds/000 §III-D) over emulated paths
+no users, so the lab replays the same `feed` requests (WiseTrans §III-D) over emulated paths
 (a grid, a WSP sample, cellular/HSR traces, UDP policers), once TCP-only and once QUIC-only
 on identical link seeds, and labels each request by which protocol completed the same
 requests faster around it. The label convention is docs/wisetrans.md's "Label" section, to

@@ -1,4 +1,4 @@
-"""WiseTrans evaluation (seeds/000 §IV-C, §IV-D, §IV-E): modes on held-apart paths, against Ideal.
+"""WiseTrans evaluation (WiseTrans §IV-C, §IV-D, §IV-E): modes on held-apart paths, against Ideal.
 
     python -m gearbox.wisetrans evaluate           # run the eval scenarios (root), print and save the tables
     python -m gearbox.wisetrans evaluate --no-run  # recompute from out/wisetrans/eval

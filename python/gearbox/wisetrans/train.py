@@ -1,4 +1,4 @@
-"""WiseTrans Network Monitor training (seeds/000 §III-C, §IV-B1, §IV-E2): one readable file.
+"""WiseTrans Network Monitor training (WiseTrans §III-C, §IV-B1, §IV-E2): one readable file.
 
     python -m gearbox.wisetrans train              # data/wisetrans/dataset.parquet -> models/wisetrans/
 
