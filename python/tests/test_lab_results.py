@@ -10,7 +10,11 @@ import pytest
 
 from gearbox.lab import runner
 from gearbox.lab import scenario as sc
+from gearbox.lab.collect import collect, flatten
+from gearbox.lab.environment import LabError
+from gearbox.lab.planning import prepare
 from gearbox.lab.report import link_timeline, write_report
+from gearbox.lab.summary import STATISTICS, format_table, rct_stats, reduction, reductions, summarize
 
 SCENARIO = """
 name = "synthetic"
@@ -63,7 +67,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "s.toml").write_text(SCENARIO)
     s = sc.load(d / "s.toml")
     out = d / "out"
-    _, runs, _ = runner.prepare(s, out, gearbox=None)
+    _, runs, _ = prepare(s, out, gearbox=None)
     start = 1_700_000_000_000.0
     results = []
     for run in runs:
@@ -112,10 +116,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_reduction_is_one_minus_policy_over_baseline() -> None:
-    assert runner.reduction(75.0, 100.0) == pytest.approx(0.25)
-    assert runner.reduction(150.0, 100.0) == pytest.approx(-0.5)
-    assert runner.reduction(None, 100.0) is None
-    assert runner.reduction(10.0, 0.0) is None
+    assert reduction(75.0, 100.0) == pytest.approx(0.25)
+    assert reduction(150.0, 100.0) == pytest.approx(-0.5)
+    assert reduction(None, 100.0) is None
+    assert reduction(10.0, 0.0) is None
 
 
 def test_reductions_pair_every_policy_with_every_other_baseline() -> None:
@@ -124,7 +128,7 @@ def test_reductions_pair_every_policy_with_every_other_baseline() -> None:
         {"policy": "quic", "mean_ms": 50.0, "median_ms": 80.0, "p90_ms": 300.0, "p99_ms": 100.0},
         {"policy": "gear", "mean_ms": 25.0, "median_ms": 40.0, "p90_ms": 100.0, "p99_ms": None},
     ]
-    reds = runner.reductions(stats, ["tcp", "quic"])
+    reds = reductions(stats, ["tcp", "quic"])
     pairs = {(r["policy"], r["baseline"]) for r in reds}
     assert pairs == {("tcp", "quic"), ("quic", "tcp"), ("gear", "tcp"), ("gear", "quic")}
     got = {(r["policy"], r["baseline"], r["statistic"]): r["reduction"] for r in reds}
@@ -135,16 +139,16 @@ def test_reductions_pair_every_policy_with_every_other_baseline() -> None:
 
 
 def test_rct_statistics() -> None:
-    s = runner.rct_stats([float(x) for x in range(1, 101)])
+    s = rct_stats([float(x) for x in range(1, 101)])
     assert s["mean_ms"] == pytest.approx(50.5)
     assert s["median_ms"] == pytest.approx(50.5)
     assert s["p90_ms"] == pytest.approx(90.1)
     assert s["p99_ms"] == pytest.approx(99.01)
-    assert runner.rct_stats([])["mean_ms"] is None
+    assert rct_stats([])["mean_ms"] is None
 
 
 def test_records_are_flattened_with_underscores() -> None:
-    assert runner.flatten({"a": 1, "transport": {"cc": "bbr", "x": {"y": 2}}}) == {
+    assert flatten({"a": 1, "transport": {"cc": "bbr", "x": {"y": 2}}}) == {
         "a": 1,
         "transport_cc": "bbr",
         "transport_x_y": 2,
@@ -155,7 +159,7 @@ def test_the_results_table_has_both_ends_records_tagged_with_run_condition_and_p
     import duckdb
     import pyarrow.parquet as pq
 
-    table = runner.collect(lab)
+    table = collect(lab)
     cols = set(table.column_names)
     assert {"run_id", "condition_id", "condition", "policy", "proto", "repetition", "t_s", "side", "rct_ms"} <= cols
     assert {
@@ -187,14 +191,14 @@ def test_the_results_table_has_both_ends_records_tagged_with_run_condition_and_p
 
 
 def test_the_summary_has_per_policy_statistics_and_reductions(lab: Path) -> None:
-    runner.collect(lab)
-    summary = runner.summarize(lab)
+    collect(lab)
+    summary = summarize(lab)
     tcp, quic = summary["policies"]
     assert (tcp["policy"], tcp["requests"], tcp["errors"]) == ("tcp", 20, 0)
     assert (quic["policy"], quic["requests"], quic["errors"]) == ("quic", 22, 2)
     assert tcp["mean_ms"] == pytest.approx(145.0) and quic["mean_ms"] == pytest.approx(72.5)
     red = {(r["policy"], r["baseline"], r["statistic"]): r["reduction"] for r in summary["reductions"]}
-    for stat in runner.STATISTICS:
+    for stat in STATISTICS:
         assert red["quic", "tcp", stat] == pytest.approx(0.5)
         assert red["tcp", "quic", stat] == pytest.approx(-1.0)
     assert len(summary["by_condition"]) == 4
@@ -210,7 +214,7 @@ def test_the_summary_has_per_policy_statistics_and_reductions(lab: Path) -> None
         .startswith("policy,label,proto,baseline,requests,errors,mean_ms")
     )
     assert "reduction_vs_tcp_p90" in (lab / "summary.csv").read_text()
-    text = runner.format_table(summary)
+    text = format_table(summary)
     assert "quic" in text and "+50.0%" in text and "-100.0%" in text
 
 
@@ -247,8 +251,8 @@ def test_a_trace_gives_its_rate_and_repeats(tmp_path: Path) -> None:
 
 
 def test_the_report_is_one_html_file_with_tables_and_figures(lab: Path) -> None:
-    runner.collect(lab)
-    runner.summarize(lab)
+    collect(lab)
+    summarize(lab)
     path = write_report(lab)
     text = path.read_text()
     assert path == lab / "report.html"
@@ -270,7 +274,7 @@ def test_the_report_is_one_html_file_with_tables_and_figures(lab: Path) -> None:
 
 
 def test_report_says_what_is_missing_in_a_folder_that_is_not_a_lab_run(tmp_path: Path) -> None:
-    with pytest.raises(runner.LabError, match="plan.json"):
+    with pytest.raises(LabError, match="plan.json"):
         write_report(tmp_path)
 
 
@@ -278,19 +282,19 @@ def test_a_run_whose_every_run_failed_still_gets_a_table_summary_and_report(tmp_
     (tmp_path / "s.toml").write_text(SCENARIO)
     s = sc.load(tmp_path / "s.toml")
     out = tmp_path / "out"
-    _, runs, _ = runner.prepare(s, out, gearbox=None)
+    _, runs, _ = prepare(s, out, gearbox=None)
     failed = [
         runner.RunResult(r.run_id, r.condition.id, r.policy.name, r.policy.proto, r.repetition, r.link_seed,
                          r.workload_seed, "failed", 1, 0.0, 0.1, message="gearbox emu exited with 1", dir=str(r.dir))
         for r in runs
     ]  # fmt: skip
     (out / "runs.json").write_text(json.dumps([f.__dict__ for f in failed]))
-    runner.collect(out)
-    summary = runner.summarize(out)
+    collect(out)
+    summary = summarize(out)
     assert summary["runs"]["failed"] == 4 and all(
         p["requests"] == 0 and p["mean_ms"] is None for p in summary["policies"]
     )
-    assert "4 failed" in runner.format_table(summary)
+    assert "4 failed" in format_table(summary)
     assert "no successful requests" not in write_report(out).read_text()  # drawn into the figures, not the text
 
 
@@ -300,7 +304,7 @@ def test_a_relative_output_folder_becomes_absolute_in_the_emu_configs(
     (tmp_path / "s.toml").write_text(SCENARIO.replace("bandwidth_mbps = 20", 'trace = { preset = "wifi" }').replace(
         "bandwidth_mbps = 5\n", ""))  # fmt: skip
     monkeypatch.chdir(tmp_path)
-    runner.prepare(sc.load(Path("s.toml")), Path("rel"), gearbox=None)
+    prepare(sc.load(Path("s.toml")), Path("rel"), gearbox=None)
     trace_file = json.loads((tmp_path / "rel" / "conditions.json").read_text())[0]["emu"]["path"][0]["downlink"][
         "trace_file"
     ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gearbox.lab import runner
+from gearbox.lab import environment, runner
 from gearbox.lab import scenario as sc
 from gearbox.lab.__main__ import main
 
@@ -34,19 +34,19 @@ buffer_bdp = 1.0
 
 def test_not_being_root_is_explained_and_points_to_the_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(runner.LabError, match="needs root.*gearbox sim"):
-        runner.check_emulator()
+    with pytest.raises(environment.LabError, match="needs root.*gearbox sim"):
+        environment.check_emulator()
 
 
 def test_a_missing_binary_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GEARBOX_BIN", str(tmp_path / "nope"))
-    with pytest.raises(runner.LabError, match="GEARBOX_BIN"):
-        runner.find_gearbox()
+    with pytest.raises(environment.LabError, match="GEARBOX_BIN"):
+        environment.find_gearbox()
     monkeypatch.delenv("GEARBOX_BIN")
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(runner, "REPO_ROOT", tmp_path)
-    with pytest.raises(runner.LabError, match="cargo build --release -p gearbox-cli"):
-        runner.find_gearbox()
+    monkeypatch.setattr(environment, "REPO_ROOT", tmp_path)
+    with pytest.raises(environment.LabError, match="cargo build --release -p gearbox-cli"):
+        environment.find_gearbox()
 
 
 def test_plan_lists_conditions_and_runs_without_root(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -99,8 +99,8 @@ def test_a_tiny_scenario_runs_every_policy_through_the_emulator(gearbox_bin: Pat
     """2 policies x 1 repetition x 8 s on a 20 Mbit/s, 40 ms path, through the real
     `gearbox emu` (about 20 s). Every request needs at least one round trip."""
     try:
-        runner.check_emulator()
-    except runner.LabError as e:
+        environment.check_emulator()
+    except environment.LabError as e:
         pytest.skip(str(e))
     if not _has_subcommand(gearbox_bin, "emu"):
         pytest.skip(f"{gearbox_bin} has no `gearbox emu` yet")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from gearbox.lab import scenario as sc
+from gearbox.lab.environment import REPO_ROOT, LabError
 
 DESCRIPTION = """\
 The gearbox lab: run every policy of a scenario on identical emulated network
@@ -62,11 +63,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(scenario_path: Path, out: Path | None, jobs: int, force: bool, report: bool, progress: bool) -> int:
     from gearbox.lab import runner
+    from gearbox.lab.summary import format_table
 
     s = sc.load(scenario_path)
     out = out or Path("out") / "lab" / s.name
     outcome = runner.run_scenario(s, out, jobs=jobs, force=force, progress=progress)
-    print(runner.format_table(outcome.summary))
+    print(format_table(outcome.summary))
     print(
         f"\nresults: {out / 'requests.parquet'}, {out / 'results.duckdb'}; "
         f"summary: {out / 'summary.csv'}, {out / 'summary.json'}"
@@ -80,13 +82,13 @@ def _run(scenario_path: Path, out: Path | None, jobs: int, force: bool, report: 
 
 
 def _plan(scenario_path: Path, out: Path | None) -> int:
-    from gearbox.lab import runner
+    from gearbox.lab import planning
 
     s = sc.load(scenario_path)
     if out is not None:
-        conds, runs, _ = runner.prepare(s, out, gearbox=None)
+        conds, runs, _ = planning.prepare(s, out, gearbox=None)
     else:
-        conds, runs = runner.plan(s, Path("out") / "lab" / s.name)
+        conds, runs = planning.plan(s, Path("out") / "lab" / s.name)
     print(
         f"{s.name}: topology {s.topology}, workload {Path(s.workload.name).name}, {s.duration_s:g} s per run "
         f"(limit {s.run_timeout_s:g} s), {s.repetitions} repetition(s), seed {s.seed}"
@@ -106,11 +108,9 @@ def _plan(scenario_path: Path, out: Path | None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from gearbox.lab import runner
-
-    path = args.scenario or runner.REPO_ROOT / "scenarios" / "demo.toml"
+    path = args.scenario or REPO_ROOT / "scenarios" / "demo.toml"
     if not path.is_file():
-        raise runner.LabError(f"the demo scenario {path} is missing (it ships in the repository's scenarios/)")
+        raise LabError(f"the demo scenario {path} is missing (it ships in the repository's scenarios/)")
     code = _run(path, args.out, args.jobs, force=True, report=True, progress=not args.no_progress)
     return code
 
@@ -123,22 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         return wisetrans_main(raw[1:])
     args = _parser().parse_args(argv)
     try:
-        from gearbox.lab import runner
-    except ImportError as e:  # numpy & co. are the `lab` extra
-        print(
-            f"gearbox lab: a lab dependency is missing ({e}): run scripts/setup.sh "
-            "(or .venv/bin/pip install duckdb pyarrow numpy matplotlib tqdm)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
         if args.command == "run":
             return _run(args.scenario, args.out, args.jobs, args.force, args.report, not args.no_progress)
         if args.command == "plan":
             return _plan(args.scenario, args.out)
         if args.command == "collect":
-            runner.collect(args.out)
-            print(runner.format_table(runner.summarize(args.out)))
+            from gearbox.lab.collect import collect
+            from gearbox.lab.summary import format_table, summarize
+
+            collect(args.out)
+            print(format_table(summarize(args.out)))
             return 0
         if args.command == "report":
             from gearbox.lab.report import write_report
@@ -147,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "demo":
             return _demo(args)
-    except (sc.ScenarioError, runner.LabError) as e:
+    except (sc.ScenarioError, LabError) as e:
         print(f"gearbox lab: error: {e}", file=sys.stderr)
         return 2
     except ImportError as e:

@@ -364,21 +364,21 @@ def write_report(out: Path) -> Path:
     matplotlib.use("Agg")
     import pyarrow.parquet as pq
 
-    from gearbox.lab import runner
+    from gearbox.lab.collect import collect
+    from gearbox.lab.environment import LabError
     from gearbox.lab.scenario import dumps_toml
+    from gearbox.lab.summary import summarize
 
     out = Path(out)
     for name in ("plan.json", "conditions.json", "runs.json"):
         if not (out / name).exists():
-            raise runner.LabError(f"{out} is not a lab run folder: {name} is missing (run `gearbox lab run` first)")
+            raise LabError(f"{out} is not a lab run folder: {name} is missing (run `gearbox lab run` first)")
     plan = json.loads((out / "plan.json").read_text())
     conds = json.loads((out / "conditions.json").read_text())
     runs = json.loads((out / "runs.json").read_text())
     if not (out / "requests.parquet").exists():
-        runner.collect(out)
-    summary = (
-        json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else runner.summarize(out)
-    )
+        collect(out)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else summarize(out)
     table = pq.read_table(out / "requests.parquet")
     need = ("policy", "side", "error", "rct_ms", "t_s", "bytes", "protocol", "decision", "condition_id")
     rows = {k: table.column(k).to_pylist() if k in table.column_names else [None] * table.num_rows for k in need}
