@@ -15,17 +15,20 @@ MAX_PRINTED_CONDITIONS = 24
 
 
 def rct_stats(values: Iterable[float]) -> dict[str, float | None]:
-    """Mean, median, p90, p99 (numpy's linear interpolation) of RCTs in ms; None when empty."""
+    """Mean, median, p90, p99 of RCTs in ms (`gearbox.stats.percentile`: linear
+    interpolation, docs/telemetry.md "Percentiles"); None when empty."""
     import numpy as np
+
+    from gearbox.stats import percentile
 
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if v.size == 0:
         return {f"{s}_ms": None for s in STATISTICS}
     return {
         "mean_ms": float(v.mean()),
-        "median_ms": float(np.percentile(v, 50)),
-        "p90_ms": float(np.percentile(v, 90)),
-        "p99_ms": float(np.percentile(v, 99)),
+        "median_ms": percentile(v, 50),
+        "p90_ms": percentile(v, 90),
+        "p99_ms": percentile(v, 99),
     }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from gearbox.stats import percentile
 from gearbox.wisetrans import dataset as ds
 
 REPO_ROOT = ds.REPO_ROOT
@@ -83,9 +84,9 @@ def stats(costs: list[float]) -> dict[str, float | int | None]:
     return {
         "requests": int(x.size),
         "mean": float(x.mean()),
-        "median": float(np.median(x)),
+        "median": percentile(x, 50),
         "std": float(x.std()),
-        "p99": float(np.percentile(x, 99)),
+        "p99": percentile(x, 99),
     }
 
 
