@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,85 @@ def test_a_relative_output_folder_becomes_absolute_in_the_emu_configs(
         "trace_file"
     ]
     assert Path(trace_file).is_absolute() and trace_file.startswith(str(tmp_path))
+
+
+def _collect_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from gearbox.lab.__main__ import main
+
+    code = main(["collect", str(out)])
+    return code, capsys.readouterr().err.strip()
+
+
+def test_collect_on_a_folder_that_is_not_a_lab_run_names_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("not a lab run")
+    assert _collect_cli(tmp_path, capsys) == (
+        2,
+        f"gearbox lab: error: {tmp_path} is not a lab run folder: plan.json, conditions.json, runs.json are "
+        "missing (`gearbox lab run` writes plan.json, conditions.json and runs.json)",
+    )
+    code, err = _collect_cli(tmp_path / "nowhere", capsys)
+    assert code == 2 and err.startswith(f"gearbox lab: error: {tmp_path / 'nowhere'} is not a folder")
+
+
+def _corrupt_copy(lab: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(lab, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "message"),
+    [
+        ("runs.json", lambda t: t[: len(t) // 2], "runs.json:"),  # cut short: line and column of the end
+        ("runs.json", lambda t: "{}", "runs.json: must be an array, got an object"),
+        ("runs.json", lambda t: t.replace('"status": "ok"', '"status": 3', 1),
+         "runs.json: [0].status: must be a string, got an integer"),
+        ("runs.json", lambda t: t.replace('"condition_id": "c000"', '"condition_id": "c9"', 1),
+         "runs.json: [0].condition_id: 'c9' is not in conditions.json"),
+        ("plan.json", lambda t: t.replace('"policies"', '"policy_list"', 1), "plan.json: policies: missing"),
+        ("conditions.json", lambda t: "[1, 2]", "conditions.json: [0]: must be an object, got an integer"),
+    ],
+)  # fmt: skip
+def test_collect_names_the_corrupt_file_and_field(
+    lab: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    file: str,
+    damage: Callable[[str], str],
+    message: str,
+) -> None:
+    out = _corrupt_copy(lab, tmp_path)
+    (out / file).write_text(damage((out / file).read_text()))
+    code, err = _collect_cli(out, capsys)
+    assert code == 2
+    assert err.startswith(f"gearbox lab: error: {out / file}") and message in err, err
+    if message == "runs.json:":
+        assert "not valid JSON" in err
+
+
+def test_a_corrupt_telemetry_line_is_an_error_but_a_torn_last_line_is_not(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _corrupt_copy(lab, tmp_path)
+    client = sorted((out / "runs").iterdir())[0] / "client.jsonl"
+    assert client.read_text().endswith('{"torn')  # the fixture's torn last line is skipped
+    assert _collect_cli(out, capsys)[0] == 0
+    lines = client.read_text().split("\n")
+    client.write_text("\n".join([lines[0], "<html>oops</html>", *lines[1:]]))
+    assert _collect_cli(out, capsys) == (
+        2,
+        f"gearbox lab: error: {client}:2: not a telemetry record (invalid JSON: Expecting value)",
+    )
+    client.write_text("\n".join([lines[0], "[1, 2]", *lines[1:]]))
+    assert _collect_cli(out, capsys)[1].endswith(f"{client}:2: not a telemetry record (a JSON list, not an object)")
+
+
+def test_report_on_a_corrupt_results_table_names_it(lab: Path, tmp_path: Path) -> None:
+    out = _corrupt_copy(lab, tmp_path)
+    (out / "requests.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(LabError, match=r"requests\.parquet: not a readable Parquet file .*gearbox lab collect"):
+        write_report(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,109 @@ RUN_COLUMNS: dict[str, str] = {
 }
 
 
+LAB_FILES = ("plan.json", "conditions.json", "runs.json")
+# The fields collecting and summarizing read, per file (docs/lab.md, "Output").
+PLAN_FIELDS: dict[str, type] = {"scenario": str, "policies": list}
+POLICY_FIELDS: dict[str, type] = {"name": str, "proto": str}
+CONDITION_FIELDS: dict[str, type] = {"condition_id": str, "label": str, "params": dict, "values": dict, "emu": dict}
+RUN_FIELDS: dict[str, type] = {
+    "run_id": str,
+    "condition_id": str,
+    "policy": str,
+    "repetition": int,
+    "link_seed": int,
+    "workload_seed": int,
+    "status": str,
+    "started_unix_ms": float,
+}
+
+
+@dataclass
+class LabFolder:
+    """The description files of a lab folder, read and checked."""
+
+    out: Path
+    plan: dict[str, Any]
+    conditions: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+
+    def run_dir(self, run: dict[str, Any]) -> Path:
+        """A run's telemetry folder, OUT/runs/RUN_ID (found even after OUT was moved)."""
+        return self.out / "runs" / run["run_id"]
+
+
+def read_lab_folder(out: Path) -> LabFolder:
+    """Reads plan.json, conditions.json and runs.json of a lab folder; a folder that is not
+    a lab run, or a file that is not what `gearbox lab run` writes, is a LabError naming
+    the file (and the entry and field)."""
+    if not out.is_dir():
+        raise LabError(f"{out} is not a folder: give the output folder of `gearbox lab run` (its --out)")
+    missing = [name for name in LAB_FILES if not (out / name).is_file()]
+    if missing:
+        raise LabError(
+            f"{out} is not a lab run folder: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing "
+            "(`gearbox lab run` writes plan.json, conditions.json and runs.json)"
+        )
+    plan = read_json(out / "plan.json", dict)
+    _check_fields(out / "plan.json", "", plan, PLAN_FIELDS)
+    for i, p in enumerate(plan["policies"]):
+        _check_fields(out / "plan.json", f"policies[{i}]", p, POLICY_FIELDS)
+    conditions = read_json(out / "conditions.json", list)
+    for i, c in enumerate(conditions):
+        _check_fields(out / "conditions.json", f"[{i}]", c, CONDITION_FIELDS)
+    runs = read_json(out / "runs.json", list)
+    condition_ids = {c["condition_id"] for c in conditions}
+    policy_names = {p["name"] for p in plan["policies"]}
+    for i, r in enumerate(runs):
+        _check_fields(out / "runs.json", f"[{i}]", r, RUN_FIELDS)
+        if r["condition_id"] not in condition_ids:
+            raise LabError(f"{out / 'runs.json'}: [{i}].condition_id: {r['condition_id']!r} is not in conditions.json")
+        if r["policy"] not in policy_names:
+            raise LabError(f"{out / 'runs.json'}: [{i}].policy: {r['policy']!r} is not a policy of plan.json")
+    return LabFolder(out=out, plan=plan, conditions=conditions, runs=runs)
+
+
+def read_json(path: Path, kind: type) -> Any:
+    """A JSON file that must hold an object (`kind` dict) or an array (list); LabError
+    naming the file (and line and column) otherwise."""
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LabError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise LabError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    if not isinstance(doc, kind):
+        want = "an object" if kind is dict else "an array"
+        raise LabError(f"{path}: must be {want}, got {_json_kind(doc)}")
+    return doc
+
+
+def _check_fields(path: Path, where: str, entry: Any, fields: dict[str, type]) -> None:
+    if not isinstance(entry, dict):
+        raise LabError(f"{path}: {where or 'the document'}: must be an object, got {_json_kind(entry)}")
+    for key, kind in fields.items():
+        at = f"{where}.{key}" if where else key
+        if key not in entry:
+            raise LabError(f"{path}: {at}: missing")
+        v = entry[key]
+        ok = isinstance(v, int | float) and not isinstance(v, bool) if kind is float else isinstance(v, kind)
+        if kind is int and isinstance(v, bool):
+            ok = False
+        if not ok:
+            raise LabError(f"{path}: {at}: must be {_JSON_KINDS[kind]}, got {_json_kind(v)}")
+
+
+_JSON_KINDS = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}
+
+
+def _json_kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    return next((name for kind, name in _JSON_KINDS.items() if isinstance(v, kind)), type(v).__name__)
+
+
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """`{"transport": {"cc": "bbr"}}` -> `{"transport_cc": "bbr"}` (any depth)."""
     out: dict[str, Any] = {}
@@ -74,23 +178,37 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a telemetry file; a torn last line (a killed writer) is skipped."""
-    records = []
+    """The JSON lines of a telemetry file (none if the file is absent: a run that failed
+    before its side started). A torn last line (a writer killed mid-line) is skipped;
+    any other line that is not a JSON object is a LabError naming the file and line."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace")
     except FileNotFoundError:
         return []
-    for line in lines:
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+    except OSError as e:
+        raise LabError(f"{path}: cannot read: {e.strerror or e}") from e
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # no newline after it: torn, not corrupt
                 continue
+            raise LabError(f"{path}:{number}: not a telemetry record (invalid JSON: {e.msg})") from e
+        if not isinstance(record, dict):
+            raise LabError(f"{path}:{number}: not a telemetry record (a JSON {type(record).__name__}, not an object)")
+        records.append(record)
     return records
 
 
-def rows_of_run(run: dict[str, Any], cond: dict[str, Any], policy: dict[str, Any]) -> list[dict[str, Any]]:
-    """The table rows of one run: its tags, its condition's values, then each record flattened."""
+def rows_of_run(
+    run: dict[str, Any], cond: dict[str, Any], policy: dict[str, Any], run_dir: Path
+) -> list[dict[str, Any]]:
+    """The table rows of one run: its tags, its condition's values, then each record of
+    the telemetry in `run_dir` flattened."""
     base: dict[str, Any] = {
         "run_id": run["run_id"],
         "condition_id": run["condition_id"],
@@ -104,7 +222,6 @@ def rows_of_run(run: dict[str, Any], cond: dict[str, Any], policy: dict[str, Any
     for k, v in {**cond["values"], **cond["params"]}.items():
         base[f"cond_{k}"] = v
     rows = []
-    run_dir = Path(run["dir"])
     for name in ("client.jsonl", "edge.jsonl"):
         for rec in read_records(run_dir / name):
             row = dict(base)
@@ -151,16 +268,30 @@ def collect(out: Path) -> Any:
         import pyarrow.parquet as pq
     except ImportError as e:
         raise LabError("collecting results needs pyarrow: run scripts/setup.sh (the `lab` extra)") from e
-    runs = json.loads((out / "runs.json").read_text())
-    conds = {c["condition_id"]: c for c in json.loads((out / "conditions.json").read_text())}
-    policies = {p["name"]: p for p in json.loads((out / "plan.json").read_text())["policies"]}
+    lab = read_lab_folder(out)
+    conds = {c["condition_id"]: c for c in lab.conditions}
+    policies = {p["name"]: p for p in lab.plan["policies"]}
     rows: list[dict[str, Any]] = []
-    for run in runs:
-        rows += rows_of_run(run, conds[run["condition_id"]], policies[run["policy"]])
+    for run in lab.runs:
+        rows += rows_of_run(run, conds[run["condition_id"]], policies[run["policy"]], lab.run_dir(run))
     table = to_arrow(rows)
     pq.write_table(table, out / "requests.parquet")
-    _write_duckdb(out, table, runs, list(conds.values()))
+    _write_duckdb(out, table, lab.runs, lab.conditions)
     return table
+
+
+def read_results_table(out: Path) -> Any:
+    """OUT/requests.parquet as a pyarrow table; a LabError naming it if it is unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = out / "requests.parquet"
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError as e:
+        raise LabError(f"{path} is missing: `gearbox lab collect {out}` rebuilds it from the runs") from e
+    except (pa.ArrowException, OSError) as e:
+        raise LabError(f"{path}: not a readable Parquet file ({e}): `gearbox lab collect {out}` rebuilds it") from e
 
 
 def _write_duckdb(out: Path, table: Any, runs: list[dict[str, Any]], conds: list[dict[str, Any]]) -> None:

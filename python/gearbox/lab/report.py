@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -362,24 +361,17 @@ def write_report(out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    import pyarrow.parquet as pq
-
-    from gearbox.lab.collect import collect
-    from gearbox.lab.environment import LabError
+    from gearbox.lab.collect import collect, read_json, read_lab_folder, read_results_table
     from gearbox.lab.scenario import dumps_toml
     from gearbox.lab.summary import summarize
 
     out = Path(out)
-    for name in ("plan.json", "conditions.json", "runs.json"):
-        if not (out / name).exists():
-            raise LabError(f"{out} is not a lab run folder: {name} is missing (run `gearbox lab run` first)")
-    plan = json.loads((out / "plan.json").read_text())
-    conds = json.loads((out / "conditions.json").read_text())
-    runs = json.loads((out / "runs.json").read_text())
+    lab = read_lab_folder(out)
+    plan, conds, runs = lab.plan, lab.conditions, lab.runs
     if not (out / "requests.parquet").exists():
         collect(out)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else summarize(out)
-    table = pq.read_table(out / "requests.parquet")
+    summary = read_json(out / "summary.json", dict) if (out / "summary.json").exists() else summarize(out)
+    table = read_results_table(out)
     need = ("policy", "side", "error", "rct_ms", "t_s", "bytes", "protocol", "decision", "condition_id")
     rows = {k: table.column(k).to_pylist() if k in table.column_names else [None] * table.num_rows for k in need}
     policies = [p["name"] for p in plan["policies"]]

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gearbox.lab.collect import read_lab_folder, read_results_table
+
 STATISTICS = ("mean", "median", "p90", "p99")
 MAX_PRINTED_CONDITIONS = 24
 
@@ -87,13 +89,10 @@ def summarize(out: Path, table: Any = None) -> dict[str, Any]:
     """Per-policy statistics (all conditions and repetitions pooled: every policy saw the
     same requests on the same links), per condition and policy, and reductions against
     every baseline; writes summary.json, summary.csv, reductions.csv, by_condition.csv."""
-    import pyarrow.parquet as pq
-
+    lab = read_lab_folder(out)
     if table is None:
-        table = pq.read_table(out / "requests.parquet")
-    plan_doc = json.loads((out / "plan.json").read_text())
-    runs = json.loads((out / "runs.json").read_text())
-    conds = json.loads((out / "conditions.json").read_text())
+        table = read_results_table(out)
+    plan_doc, runs, conds = lab.plan, lab.runs, lab.conditions
     wanted = ("policy", "side", "error", "rct_ms", "condition_id", "t_s")
     cols = {k: table.column(k).to_pylist() for k in wanted if k in table.column_names}
     n = table.num_rows
