@@ -392,3 +392,65 @@ def test_report_on_a_corrupt_results_table_names_it(lab: Path, tmp_path: Path) -
     (out / "requests.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(LabError, match=r"requests\.parquet: not a readable Parquet file .*gearbox lab collect"):
         write_report(out)
+
+
+NO_MODEL = "wisetrans-v2;phase=fallback;score=-;choice=tcp;why=no-model;detail=no tcp.json in /m"
+GEAR_POLICY = '[policies.v2]\nproto = "auto"\nload_args = ["--gear", "wisetrans-v2", "--model-dir", "../models"]\n'
+
+
+def test_a_run_with_a_missing_model_folder_is_refused_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gearbox.lab.__main__ import main
+
+    (tmp_path / "exp").mkdir()
+    scenario = tmp_path / "exp" / "s.toml"
+    scenario.write_text(SCENARIO.replace('policies = ["tcp", "quic"]\n', "") + "[policies.tcp]\n" + GEAR_POLICY)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"gearbox lab: error: {scenario}: policies.v2.load_args: --model-dir {tmp_path / 'models'}: no such folder, "
+        "so the gear would run without its model (as its fallback) under the name of the policy; train the model "
+        "(docs/wisetrans.md) or fix the path (relative to the scenario file's folder)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_whose_records_say_no_model_fails(tmp_path: Path) -> None:
+    """run_one through a stand-in `gearbox emu` that writes what a gear without its model
+    writes (the decision strings of docs/wisetrans.md), so no root is needed."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "s.toml").write_text(
+        SCENARIO.replace('policies = ["tcp", "quic"]\n', "") + "[policies.tcp]\n" + GEAR_POLICY
+    )
+    s = sc.load(tmp_path / "exp" / "s.toml")
+    _, runs, emu = prepare(s, tmp_path / "out", gearbox=None)
+    fake = tmp_path / "gearbox"
+    record = json.dumps(client_record(1.0, 80.0, "h2") | {"decision": NO_MODEL})
+    fake.write_text(
+        "#!/bin/sh\n"
+        '# gearbox emu --config RUN_DIR/emu.toml ...: write the client telemetry next to the config\n'
+        f"printf '%s\\n' '{record}' '{record}' > \"$(dirname \"$3\")/client.jsonl\"\n"
+    )  # fmt: skip
+    fake.chmod(0o755)
+    gear_run = next(r for r in runs if r.policy.name == "v2")
+    res = runner.run_one(s, gear_run, emu[gear_run.condition.id], fake, tmp_path / "c.pem", tmp_path / "k.pem")
+    assert res.status == "failed" and res.exit_code == 0
+    assert res.message == f"the gear ran without its model (2 decisions say why=no-model, first: {NO_MODEL!r})"
+
+
+def test_collect_refuses_a_run_whose_records_say_no_model(lab: Path, tmp_path: Path) -> None:
+    out = _corrupt_copy(lab, tmp_path)
+    runs = json.loads((out / "runs.json").read_text())
+    quic = next(r for r in runs if r["policy"] == "quic")
+    client = out / "runs" / quic["run_id"] / "client.jsonl"
+    lines = client.read_text().split("\n")
+    fallback = json.dumps(client_record(1.0, 80.0, "h2") | {"decision": NO_MODEL})
+    client.write_text("\n".join([lines[0], fallback, *lines[1:]]))
+    with pytest.raises(LabError) as e:
+        collect(out)
+    assert str(e.value) == (
+        f"{client}: 1 of 12 records say `why=no-model` (first: {NO_MODEL!r}): policy 'quic' ran without its "
+        f"gear's model, so the gear did not run; check the --model-dir of policies.quic.load_args in "
+        f"{json.loads((out / 'plan.json').read_text())['source']}"
+    )

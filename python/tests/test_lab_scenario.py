@@ -141,6 +141,43 @@ def test_policies_map_names_to_flags_and_reserved_flags_are_refused(tmp_path: Pa
     assert error_of(tmp_path, no_proto).field_path == "policies.bbr.proto"
 
 
+def test_model_and_gear_config_paths_are_relative_to_the_scenario_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models" / "wt").mkdir(parents=True)
+    (tmp_path / "exp" / "gear").mkdir(parents=True)
+    (tmp_path / "exp" / "gear" / "probe.toml").write_text("")
+    policy = BASE.replace('policies = ["tcp", "quic"]\n', "") + (
+        '[policies.tcp]\n[policies.v2]\nproto = "auto"\n'
+        'load_args = ["--gear", "wisetrans-v2", "--model-dir", "../models/wt", '
+        '"--gear-config=gear/probe.toml", "--concurrency", "4"]\n'
+    )
+    scenario = write(tmp_path / "exp", policy)
+    monkeypatch.chdir(tmp_path / "models")  # not where the scenario is: the working directory does not matter
+    v2 = sc.load(Path("../exp/s.toml")).policies[-1]
+    assert v2.load_args == [
+        "--gear",
+        "wisetrans-v2",
+        "--model-dir",
+        str(tmp_path / "models" / "wt"),
+        "--gear-config",
+        str(tmp_path / "exp" / "gear" / "probe.toml"),
+        "--concurrency",
+        "4",
+    ]
+    assert v2.model_dir == str(tmp_path / "models" / "wt")
+    # A missing settings file is refused at once; a missing model folder is the runner's to refuse.
+    e = error_of(tmp_path / "exp", policy.replace("gear/probe.toml", "gear/nope.toml"))
+    assert (e.source, e.field_path) == (str(scenario), "policies.v2.load_args")
+    assert e.message == (
+        f"--gear-config gear/nope.toml: no such file {tmp_path / 'exp' / 'gear' / 'nope.toml'} "
+        "(paths in a scenario are relative to its folder)"
+    )
+    assert sc.load(write(tmp_path / "exp", policy.replace("models/wt", "models/none"))).policies[-1].model_dir
+    e = error_of(tmp_path / "exp", policy.replace(', "--concurrency", "4"]', ', "--model-dir"]'))
+    assert e.field_path == "policies.v2.load_args" and e.message.startswith("--model-dir needs a value")
+
+
 def test_a_grid_expands_to_the_full_product_in_order(tmp_path: Path) -> None:
     text = BASE + "[grid]\nbandwidth_mbps = [5, 50]\nloss_rate = [0, 0.01, 0.02]\n"
     conds = sc.conditions(sc.load(write(tmp_path, text)))
@@ -270,10 +307,13 @@ def test_the_shipped_scenarios_are_valid(name: str) -> None:
     s = sc.load(REPO / "scenarios" / f"{name}.toml")
     assert sc.conditions(s)
     assert {"tcp"} <= {p.name for p in s.policies}
-    for p in s.policies:  # the gear settings files they name are shipped
+    for p in s.policies:  # the gear settings files and models they name are shipped
         for flag, value in zip(p.load_args, p.load_args[1:], strict=False):
             if flag == "--gear-config":
-                assert (REPO / value).is_file(), f"{name}: policy {p.name} names {value}"
+                assert Path(value).is_file(), f"{name}: policy {p.name} names {value}"
+        if p.model_dir is not None:
+            assert Path(p.model_dir).is_relative_to(REPO / "models"), p.model_dir
+            assert any(Path(p.model_dir).glob("*.json")), f"{name}: policy {p.name}: no model in {p.model_dir}"
 
 
 def test_the_preset_names_match_the_binary(gearbox_bin: Path) -> None:

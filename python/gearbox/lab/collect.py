@@ -204,6 +204,12 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def without_model(records: list[dict[str, Any]]) -> list[str]:
+    """The decisions among `records` that say `why=no-model`: a gear that found no model
+    and chose its documented fallback (docs/wisetrans.md, "Decision strings")."""
+    return [d for d in (r.get("decision") for r in records) if isinstance(d, str) and "why=no-model" in d.split(";")]
+
+
 def rows_of_run(
     run: dict[str, Any], cond: dict[str, Any], policy: dict[str, Any], run_dir: Path
 ) -> list[dict[str, Any]]:
@@ -273,11 +279,27 @@ def collect(out: Path) -> Any:
     policies = {p["name"]: p for p in lab.plan["policies"]}
     rows: list[dict[str, Any]] = []
     for run in lab.runs:
+        _refuse_runs_without_model(lab, run)
         rows += rows_of_run(run, conds[run["condition_id"]], policies[run["policy"]], lab.run_dir(run))
     table = to_arrow(rows)
     pq.write_table(table, out / "requests.parquet")
     _write_duckdb(out, table, lab.runs, lab.conditions)
     return table
+
+
+def _refuse_runs_without_model(lab: LabFolder, run: dict[str, Any]) -> None:
+    """A run whose gear ran without its model measured the fallback, not the gear: its
+    records must never be summarized under the policy's name."""
+    for name in ("client.jsonl", "edge.jsonl"):
+        path = lab.run_dir(run) / name
+        records = read_records(path)
+        fallback = without_model(records)
+        if fallback:
+            raise LabError(
+                f"{path}: {len(fallback)} of {len(records)} records say `why=no-model` (first: {fallback[0]!r}): "
+                f"policy {run['policy']!r} ran without its gear's model, so the gear did not run; "
+                f"check the --model-dir of policies.{run['policy']}.load_args in {lab.plan.get('source')}"
+            )
 
 
 def read_results_table(out: Path) -> Any:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gearbox.lab import scenario as sc
-from gearbox.lab.collect import collect
+from gearbox.lab.collect import collect, read_records, without_model
 from gearbox.lab.environment import LabError, check_emulator, find_gearbox
 from gearbox.lab.planning import Run, prepare
 from gearbox.lab.summary import summarize
@@ -127,6 +127,13 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
         status = "failed"
         tail = (run.dir / "emu.log").read_text(errors="replace").strip().splitlines()[-3:]
         message = f"gearbox emu exited with {code}: " + " | ".join(tail)
+    fallback = [d for name in ("client.jsonl", "edge.jsonl") for d in without_model(read_records(run.dir / name))]
+    if fallback:
+        status = "failed"
+        message = (
+            f"the gear ran without its model ({len(fallback)} decisions say why=no-model, first: {fallback[0]!r}); "
+            + message
+        ).rstrip("; ")
     return RunResult(
         run_id=run.run_id,
         condition_id=run.condition.id,
@@ -169,6 +176,20 @@ class Outcome:
         return [r for r in self.results if r.status != "ok"]
 
 
+def check_models(s: sc.Scenario) -> None:
+    """Refuses a scenario that names a model folder (`--model-dir`) that is not there: its
+    gear would fall back to its static choice and the run would carry the gear's name."""
+    for p in s.policies:
+        if p.model_dir is not None and not Path(p.model_dir).is_dir():
+            raise sc.ScenarioError(
+                str(s.source),
+                f"policies.{p.name}.load_args",
+                f"--model-dir {p.model_dir}: no such folder, so the gear would run without its model (as its "
+                "fallback) under the name of the policy; train the model (docs/wisetrans.md) or fix the path "
+                "(relative to the scenario file's folder)",
+            )
+
+
 def run_scenario(
     s: sc.Scenario,
     out: Path,
@@ -181,6 +202,7 @@ def run_scenario(
     """Runs every run of the scenario, then collects and summarizes (see module doc)."""
     if jobs < 1:
         raise LabError(f"--jobs must be >= 1, got {jobs}")
+    check_models(s)
     gearbox = (gearbox or find_gearbox()).resolve()
     out = out.resolve()
     check_emulator()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,7 +343,6 @@ def run_regions(a: Args, regions: dict[str, str]) -> None:
     from gearbox.lab import runner
     from gearbox.lab import scenario as sc
 
-    os.chdir(REPO_ROOT)  # the policies name models/wisetrans relative to the repository
     for region, path in regions.items():
         runner.run_scenario(sc.load(REPO_ROOT / path), REPO_ROOT / a.out / region, jobs=1, force=True, progress=False)
 
@@ -396,7 +394,6 @@ def demo(argv: list[str] | None = None) -> int:
     from gearbox.lab import runner
     from gearbox.lab import scenario as sc
 
-    os.chdir(REPO_ROOT)
     out = REPO_ROOT / ns.out
     runner.run_scenario(sc.load(REPO_ROOT / ns.scenario), out, jobs=1, force=True, progress=False)
     print(format_region("demo", region_table(out, a)))

@@ -86,7 +86,11 @@ class WorkloadSpec:
 @dataclass
 class Policy:
     """A named way of running the edge and the client: the `gearbox load --proto` and extra
-    flags of the client, extra flags of the edge. Gears are added as policies."""
+    flags of the client, extra flags of the edge. Gears are added as policies.
+
+    The paths in the flags (`--model-dir`, `--gear-config`) are absolute, resolved against
+    the scenario file's folder; `model_dir` repeats the `--model-dir` one, which the
+    runner checks before running (a gear without its model runs as its fallback)."""
 
     name: str
     proto: str
@@ -94,6 +98,7 @@ class Policy:
     edge_args: list[str] = field(default_factory=list)
     baseline: bool = False
     label: str = ""
+    model_dir: str | None = None
 
 
 @dataclass

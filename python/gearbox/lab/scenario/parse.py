@@ -26,6 +26,7 @@ from gearbox.lab.scenario.vocabulary import (
     KNOBS,
     LINK_CONFIG_KEYS,
     LOSS_MODELS,
+    PATH_LOAD_FLAGS,
     POLICER_ACTIONS,
     PROTOS,
     QUEUE_DISCIPLINES,
@@ -81,7 +82,7 @@ def parse(data: dict[str, Any], path: Path) -> Scenario:
     if pop is not None:
         s.population = _population(pop)
 
-    s.policies = _policies(t)
+    s.policies = _policies(t, base)
     g = t.table("grid")
     if g is not None:
         s.grid = _grid(g)
@@ -279,7 +280,7 @@ def _check_topology(t: Table, s: Scenario, pop: Table | None) -> None:
         raise t.error("population", f'only for topology "population" (this scenario is {s.topology!r})')
 
 
-def _policies(t: Table) -> list[Policy]:
+def _policies(t: Table, base: Path) -> list[Policy]:
     v = t.raw("policies", ["tcp", "h1", "quic"])
     if isinstance(v, list):
         for i, name in enumerate(v):
@@ -310,6 +311,7 @@ def _policies(t: Table) -> list[Policy]:
             for a in args:
                 if a.split("=", 1)[0] in reserved:
                     raise d.error(key, f"{a.split('=', 1)[0]} is set by the runner (the same for every policy)")
+        load_args, paths = _resolve_paths(d, "load_args", load_args, base)
         plain = builtin is not None and proto == builtin[0] and not load_args and not edge_args
         out.append(
             Policy(
@@ -319,11 +321,41 @@ def _policies(t: Table) -> list[Policy]:
                 edge_args=edge_args,
                 baseline=d.bool("baseline", plain),
                 label=d.str("label", builtin[1] if plain and builtin else name),
+                model_dir=paths.get("--model-dir"),
             )
         )
         d.done()
     pt.done()
     return out
+
+
+def _resolve_paths(d: Table, key: str, args: list[str], base: Path) -> tuple[list[str], dict[str, str]]:
+    """`args` with the value of each path flag (`--model-dir DIR`, `--gear-config FILE`,
+    either as two words or `--flag=value`) made absolute against `base`, the scenario
+    file's folder, as workload and trace files are; and those values by flag. A gear
+    settings file that does not exist is refused here (it ships with the scenario); a
+    model folder is checked by the runner, since training makes it."""
+    out: list[str] = []
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag not in PATH_LOAD_FLAGS:
+            out.append(args[i])
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args):
+                raise d.error(key, f"{flag} needs a value (a path relative to {base})")
+            value = args[i + 1]
+            i += 1
+        i += 1
+        path = (base / value).resolve()
+        if flag == "--gear-config" and not path.is_file():
+            raise d.error(key, f"{flag} {value}: no such file {path} (paths in a scenario are relative to its folder)")
+        found[flag] = str(path)
+        out += [flag, str(path)]
+    return out, found
 
 
 def _item_error(t: Table, key: str, i: int) -> Callable[[str, str], ScenarioError]:

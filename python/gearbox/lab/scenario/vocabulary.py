@@ -28,6 +28,9 @@ BUILTIN_POLICIES: dict[str, tuple[str, str]] = {
 # Flags the runner sets itself; a policy giving them would silently fight the runner.
 RESERVED_LOAD_FLAGS = ("--workload", "--target", "--proto", "--seed", "--duration-s", "--requests", "--telemetry")
 RESERVED_EDGE_FLAGS = ("--listen", "--cert", "--key", "--telemetry", "--config")
+# Flags of `gearbox load` whose value is a path: resolved against the scenario file's
+# folder, so that a scenario runs the same from any working directory (docs/lab.md).
+PATH_LOAD_FLAGS = ("--model-dir", "--gear-config")
 
 # Path properties a grid, a sample or a population prefix may set (name -> (kind, lo, hi,
 # lo_inclusive)). `kind` "float" accepts ints too; "int" only integers.
