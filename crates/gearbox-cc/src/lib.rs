@@ -2,10 +2,10 @@
 //!
 //! QUIC connections run a controller on quinn's `Controller` trait; this crate
 //! names them and builds their factories with a chosen initial window
-//! (DESIGN.md "Congestion control"). TCP connections use the kernel's own
+//! (docs/architecture.md "Congestion control"). TCP connections use the kernel's own
 //! controllers, chosen per socket with `TCP_CONGESTION`.
 //!
-//! The Floo gear (seed 001) adds Copa, Westwood and a switchable controller here;
+//! The Floo gear adds Copa, Westwood and a switchable controller (Floo §3.4) here;
 //! for now the suite is quinn's NewReno, Cubic and BBR, which are the static
 //! baselines every learned choice is measured against.
 

@@ -1,6 +1,6 @@
 //! The core shared by gearbox's edge and client: per-request telemetry records,
 //! TLS 1.3 configuration and certificates, and transport-state snapshots of QUIC
-//! (quinn) and TCP (`TCP_INFO`) connections (DESIGN.md "Data plane"), and the reading of
+//! (quinn) and TCP (`TCP_INFO`) connections (docs/architecture.md "Data plane"), and the reading of
 //! TOML configuration files.
 
 pub mod telemetry;

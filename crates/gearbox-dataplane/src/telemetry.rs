@@ -1,6 +1,6 @@
 //! Per-request telemetry: one JSON line per request, written by both ends.
 //!
-//! DESIGN.md principle 4: learners, reports and tests read these records and
+//! docs/architecture.md principle 4: learners, reports and tests read these records and
 //! nothing else. The schema is documented in `docs/telemetry.md`; a field added
 //! here must be added there. Records are flat JSON objects so that DuckDB,
 //! pandas and `jq` read them without a schema of their own.

@@ -3,7 +3,7 @@
 //! Every link table is a [`gearbox_link::LinkConfig`] verbatim, so traces, loss,
 //! queues, policers and schedules mean here exactly what they mean in the
 //! simulator. The file is read with spans so that an error names the file, the
-//! line and the field (DESIGN.md principle 6); a value the link model refuses
+//! line and the field (docs/architecture.md principle 6); a value the link model refuses
 //! (a zero rate, a negative delay) is reported with the field path the link
 //! model gives, prefixed by where the table sits (`path[1].uplink.rate_bps`).
 //!

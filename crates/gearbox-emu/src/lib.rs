@@ -1,7 +1,7 @@
 //! # gearbox-emu — real-time emulated network paths between namespaces
 //!
 //! Runs the sans-IO link model of `gearbox-link` in real time between a server
-//! and a client network namespace (DESIGN.md "One link model, two clocks"; the
+//! and a client network namespace (docs/architecture.md "One link model, two clocks"; the
 //! simulator runs the same links in virtual time). The kernel here has no
 //! netem, so delay, rate, loss and policing all happen in user space.
 //!

@@ -3,7 +3,7 @@
 //! Units live in field names. Validation happens before anything runs and an
 //! error names the offending field (e.g. `schedule[1].rate_bps`), because a
 //! scenario that silently runs a different link than written is worse than one
-//! that refuses to start (DESIGN.md principle 6).
+//! that refuses to start (docs/architecture.md principle 6).
 //!
 //! Example (one direction of a path):
 //! ```toml
@@ -88,7 +88,7 @@ pub struct QueueConfig {
     #[serde(default)]
     pub limit_bytes: Option<u64>,
     /// Limit as a multiple of the bandwidth-delay product (> 0), from the mean
-    /// rate and `base_rtt_ms`; Floo (seeds/001 Table 4) samples 0.3-1.5. The
+    /// rate and `base_rtt_ms`; Floo (Table 4) samples 0.3-1.5. The
     /// derived byte limit is never below one 1500-byte packet and follows rate
     /// changes.
     #[serde(default)]
@@ -147,10 +147,10 @@ pub struct LinkConfig {
     /// Random loss.
     #[serde(default)]
     pub loss: LossConfig,
-    /// Protocol policer (WiseTrans seeds/000 §II-B).
+    /// Protocol policer (WiseTrans §II-B).
     #[serde(default)]
     pub policer: PolicerConfig,
-    /// Parameter changes at given times (TCP WISE seeds/003 §V Figs. 7-9), applied
+    /// Parameter changes at given times (TCP WISE §V Figs. 7-9), applied
     /// in time order as `now` passes them (sorted, stable, at construction).
     #[serde(default)]
     pub schedule: Vec<ScheduledChange>,

@@ -2,7 +2,7 @@
 //!
 //! Every packet that leaves the rate stage at `t` is delivered at
 //! `t + delay + j`, with `j` uniform in `[-jitter, +jitter]` (netem's default
-//! jitter shape, which Floo uses through `tc`: seeds/001 §4.3.1, Table 4 —
+//! jitter shape, which Floo uses through `tc`: Floo §4.3.1, Table 4 —
 //! jitter/RTT 0-0.2, at most 20 ms) and the total clamped at zero.
 //!
 //! Jitter does **not** reorder packets unless `allow_reorder` is set: a packet

@@ -8,23 +8,23 @@
 //! passed into every call. `Duration` was chosen over a bare `u64` of
 //! nanoseconds so a unit mistake cannot compile; it holds nanoseconds exactly.
 //! The TUN emulator drives it with real elapsed time, the simulator with
-//! virtual time (DESIGN.md "One link model, two clocks").
+//! virtual time (docs/architecture.md "One link model, two clocks").
 //!
 //! The link is a chain of small stages, each testable alone, as in mahimahi's
 //! `mm-delay … mm-link … mm-loss` shells:
 //!
 //! 1. [`policer`] — per-protocol (UDP or TCP) random drop, token-bucket rate
 //!    limit or block: the ISP/middlebox treatment of QUIC in WiseTrans
-//!    (seeds/000 §II-B, Fig. 7).
+//!    (§II-B, Fig. 7).
 //! 2. [`loss`] — Bernoulli or Gilbert-Elliott random loss.
 //! 3. [`queue`] + [`rate`] — the bottleneck: drop-tail / drop-head / CoDel
-//!    (RFC 8289) limited in packets, bytes or BDP multiples (Floo seeds/001
+//!    (RFC 8289) limited in packets, bytes or BDP multiples (Floo
 //!    Table 4), drained at a constant rate or by a mahimahi trace with exact
 //!    mahimahi semantics.
 //! 4. [`delay`] — fixed delay plus jitter, order-preserving unless asked.
 //!
 //! Parameters change at scheduled times ([`ScheduledChange`]; TCP WISE
-//! seeds/003 §V, Figs. 7-9). [`trace`] reads and writes mahimahi traces and
+//! §V, Figs. 7-9). [`trace`] reads and writes mahimahi traces and
 //! [`tracegen`] synthesises seeded imitations of public trace families.
 //!
 //! Deterministic: the same config, seed and call sequence give the same

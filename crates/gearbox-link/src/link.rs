@@ -3,7 +3,7 @@
 //! One [`Link`] models one direction of a path. It is sans-IO: it never reads a
 //! clock, owns no socket and spawns nothing. The caller passes `now` (time since
 //! an epoch of its choosing, as a [`Duration`]) to every call; the emulator
-//! passes real elapsed time, the simulator virtual time (DESIGN.md "One link
+//! passes real elapsed time, the simulator virtual time (docs/architecture.md "One link
 //! model, two clocks"). Time must not go backwards; if it does, the link treats
 //! the call as happening at the latest time it has seen.
 //!

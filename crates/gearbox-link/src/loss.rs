@@ -1,7 +1,7 @@
 //! Stage 2: random loss — Bernoulli or Gilbert-Elliott.
 //!
-//! This is the "random loss" of the seeds: Floo's Table 4 loss rate (seeds/001
-//! §4.3.1) and TCP WISE's netem loss change (seeds/003 §V, Fig. 9). It is
+//! This is the "random loss" of the papers: Floo's Table 4 loss rate (Floo
+//! §4.3.1) and TCP WISE's netem loss change (TCP WISE §V, Fig. 9). It is
 //! independent of congestion, which the queue stage produces by itself.
 //!
 //! Bernoulli loss is what `netem loss p` and `mm-loss` do. Wireless loss is

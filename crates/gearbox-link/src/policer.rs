@@ -1,6 +1,6 @@
 //! Stage 1: the policer by protocol.
 //!
-//! WiseTrans (seeds/000, §II-B "High spatial heterogeneity" and Fig. 7) reports
+//! WiseTrans (§II-B "High spatial heterogeneity" and Fig. 7) reports
 //! that ISP gateways and home routers treat UDP — hence QUIC — differently from
 //! TCP: they drop it at random, rate-limit it, or block it outright. This stage
 //! reproduces those three treatments for one IP protocol (UDP or TCP) and passes
@@ -12,7 +12,7 @@
 //! policed: a middlebox that cannot classify a packet lets it through.
 //!
 //! The rate limit is a *policer* (a token bucket that drops what does not fit),
-//! not a shaper that queues: that is what rate-limiting middleboxes in the seed
+//! not a shaper that queues: that is what rate-limiting middleboxes in WiseTrans
 //! do, and shaping is already the job of the queue+rate stage.
 
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub const IPPROTO_UDP: u8 = 17;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
-    /// UDP, i.e. QUIC/HTTP3 — the usual target of middlebox QoS (seed 000 §II-B).
+    /// UDP, i.e. QUIC/HTTP3 — the usual target of middlebox QoS (WiseTrans §II-B).
     Udp,
     /// TCP.
     Tcp,
@@ -48,7 +48,7 @@ impl Protocol {
     }
 }
 
-/// What the policer does to packets of its protocol (seed 000 §II-B: "randomly
+/// What the policer does to packets of its protocol (WiseTrans §II-B: "randomly
 /// dropping, rate limiting, or even blocking UDP traffic").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]

@@ -7,7 +7,7 @@
 //! count and log them without the queue allocating.
 //!
 //! Limits are in packets, in bytes, or both; the link derives a byte limit from
-//! "a multiple of BDP" (Floo, seeds/001 Table 4: buffer 0.3-1.5 BDP). No limit
+//! "a multiple of BDP" (Floo Table 4: buffer 0.3-1.5 BDP). No limit
 //! means unbounded, as in mahimahi's default `infinite` queue.
 //!
 //! The disciplines are an enum rather than `Box<dyn PacketQueue>` so the hot

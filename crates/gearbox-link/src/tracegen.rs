@@ -1,8 +1,8 @@
 //! Seeded synthetic trace generators.
 //!
-//! Real traces cannot be downloaded in this lab (DESIGN.md "Choices already
+//! Real traces cannot be downloaded in this lab (docs/architecture.md "Choices
 //! made"), so these generators produce *synthetic imitations* of the public
-//! trace families the seeds train and evaluate on (Floo seeds/001 Table 6:
+//! trace families the papers train and evaluate on (Floo Table 6:
 //! Lumos 4G/5G, NYC, PiTree, HSR, FCC18, Ghent; and the mahimahi LTE traces).
 //! They match only the first-order statistics stated per preset (mean level,
 //! coefficient of variation, time scale of variation, fades); they are not the

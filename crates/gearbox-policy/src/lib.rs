@@ -1,19 +1,19 @@
 //! # gearbox-policy — evaluating portable models in the data plane
 //!
-//! Trained models are files (DESIGN.md principle 5). This crate evaluates the
+//! Trained models are files (docs/architecture.md principle 5). This crate evaluates the
 //! tree ensembles among them in-process: a few hundred nanoseconds per row for
 //! 50 trees, two to three microseconds for 300 trees of depth 7 (docs/models.md):
 //!
 //! * XGBoost boosters as XGBoost writes them (`Booster.save_model("m.json")`),
 //!   objectives `binary:logistic`, `reg:squarederror` and `multi:softprob`
 //!   (scalar leaves, or XGBoost's vector-leaf `multi_output_tree`) — the
-//!   WiseTrans network monitor (seeds/000 §III-C) is one of these;
+//!   WiseTrans network monitor (WiseTrans §III-C) is one of these;
 //! * scikit-learn forests and trees converted to the same JSON shape by
 //!   `python/gearbox/models/sklearn_to_json.py` (objective `gearbox:forest_proba`).
 //!
 //! and one small dense network: a scikit-learn `MLPClassifier` with a logistic
 //! output, exported by `python/gearbox/models/mlp_to_json.py` in our own JSON
-//! format (`"format": "gearbox-mlp"`, [`mlp`]) — the 128-64 MLP that seeds/000
+//! format (`"format": "gearbox-mlp"`, [`mlp`]) — the 128-64 MLP that WiseTrans
 //! §IV-E2 compares with XGBoost as the network monitor. It is hand-written
 //! (two dense layers, ~9k multiply-adds in `f64`) rather than run by tract,
 //! which would need an ONNX export step (`skl2onnx`, not among our dependencies).
@@ -24,7 +24,7 @@
 //! whichever kind the model is, and checks that they agree; [`Model::row`]
 //! builds the input by feature name.
 //!
-//! Why not tract or the `gbdt` crate (DESIGN.md "Choices already made"): tract
+//! Why not tract or the `gbdt` crate (docs/architecture.md "Choices made"): tract
 //! scans tree leaves linearly (milliseconds per row for these models) and
 //! rejects XGBoost's binary exports; `gbdt` reads neither XGBoost's own JSON nor
 //! per-class base scores. The format is XGBoost's, so no conversion step sits

@@ -1,4 +1,4 @@
-//! The JSON sidecar that travels with every model file (DESIGN.md principle 5).
+//! The JSON sidecar that travels with every model file (docs/architecture.md principle 5).
 //!
 //! `m.json` is the model as the training library wrote it; `m.meta.json` says
 //! how to feed it: feature names in column order, optional per-feature

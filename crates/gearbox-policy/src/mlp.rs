@@ -1,7 +1,7 @@
 //! A small dense network (multi-layer perceptron) in gearbox's own JSON format,
 //! `"format": "gearbox-mlp"` (docs/models.md, "Dense networks").
 //!
-//! Written for one model: the 128-64 MLP that seeds/000 §IV-E2 (footnote 4,
+//! Written for one model: the 128-64 MLP that WiseTrans §IV-E2 (footnote 4,
 //! Table II) compares with XGBoost as the WiseTrans Network Monitor, exported by
 //! `python/gearbox/models/mlp_to_json.py` from a fitted scikit-learn pipeline
 //! `SimpleImputer(strategy="median") -> StandardScaler -> MLPClassifier`:
@@ -24,7 +24,7 @@
 //! multiply-adds once per score update: 2.0 µs p50 for the shipped `mlp-tcp.json`
 //! (`decision_bench`, docs/wisetrans.md "Decision cost").
 //!
-//! **Why by hand and not tract** (DESIGN.md "Choices already made" keeps tract
+//! **Why by hand and not tract** (docs/architecture.md "Choices made" keeps tract
 //! out for trees too): tract reads ONNX or NNEF, and scikit-learn writes
 //! neither; the export would need `skl2onnx`, which is not among our
 //! dependencies, plus an ONNX runtime graph for two matrix products. Two dense

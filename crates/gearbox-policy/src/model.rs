@@ -371,7 +371,7 @@ fn check_agreement(
 /// Loading never fails: a missing or broken model is logged once with
 /// `tracing::warn!` (naming the gear, the file and the problem) and every
 /// later [`predict`](Self::predict) answers `None`, so the gear takes its
-/// documented static choice (DESIGN.md principle 6). A row of the wrong shape is
+/// documented static choice (docs/architecture.md principle 6). A row of the wrong shape is
 /// a caller bug; it is also logged once and answered with `None`.
 #[derive(Debug)]
 pub struct ModelOrFallback {

@@ -1,6 +1,6 @@
 //! Empirical distributions as piecewise-linear CDF tables.
 //!
-//! The seeds publish their workloads as CDF plots (Floo Fig. 5, TCP WISE Fig. 10) or as a
+//! The papers publish their workloads as CDF plots (Floo Fig. 5, TCP WISE Fig. 10) or as a
 //! few summary numbers, so a distribution here is what a reader can copy off such a plot:
 //! a short list of `(value, cumulative probability)` points. Between two points the CDF is
 //! a straight line (values uniform within the segment); a first point with probability

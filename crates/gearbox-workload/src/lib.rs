@@ -8,11 +8,11 @@
 //!
 //! | name | pattern | source |
 //! |---|---|---|
-//! | `feed` | clicks of ~13.5 concurrent requests, responses < 50 KB | WiseTrans (seeds/000) §III-D, appendix A |
-//! | `app` | request/response sizes and inter-send gaps of Fig. 5 | Floo (seeds/001) §4.2 |
-//! | `search` | one response per new connection, sizes in MSS, many /24 prefixes | TCP WISE (seeds/003) §V-B2, Fig. 10 |
+//! | `feed` | clicks of ~13.5 concurrent requests, responses < 50 KB | WiseTrans §III-D, Appendix A |
+//! | `app` | request/response sizes and inter-send gaps of Fig. 5 | Floo §4.2 |
+//! | `search` | one response per new connection, sizes in MSS, many /24 prefixes | TCP WISE §V-B2, Fig. 10 |
 //! | `bulk` | one long transfer | — |
-//! | `page` | web pages as dependency graphs | FlexHTTP (seeds/002) Table 1, SAILfish (seeds/004) Table 5.1 |
+//! | `page` | web pages as dependency graphs | FlexHTTP Table 1, SAILfish Table 5.1 |
 //!
 //! Rejected alternative: workloads as Rust code. Tables in files can be read, cited,
 //! diffed and replaced by a user without rebuilding, and Python reads the same files.

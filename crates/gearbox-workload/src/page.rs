@@ -1,8 +1,8 @@
 //! Web pages as dependency graphs of objects.
 //!
-//! A page load in FlexHTTP (seeds/002, §2 and Table 1) and SAILfish (seeds/004, §5.1.4,
-//! Table 5.1) is not a flat list of downloads: the HTML is fetched first, the CSS and JS it
-//! references are discovered from it, and some images and fonts are only discovered once a
+//! A page load in FlexHTTP (§2 and Table 1) and SAILfish (§5.1.4, Table 5.1) is not a
+//! flat list of downloads: the HTML is fetched first, the CSS and JS it references are
+//! discovered from it, and some images and fonts are only discovered once a
 //! stylesheet or script has arrived. Each object carries a browser-like priority (SAILfish
 //! §5.1.4: "Firefox prioritizes on Javascript, HTML, and CSS files, and postpones
 //! everything else"), expressed as an RFC 9218 urgency (0 = most urgent, 7 = least).
@@ -13,7 +13,7 @@
 //! Objects are numbered in discovery order, so dependencies always point to lower ids.
 //!
 //! Rejected alternative: replaying the SPDY-era dependency graphs SAILfish trained on.
-//! They are not in the seeds and cannot be downloaded here; a generator fed by the
+//! They are not in the papers and cannot be downloaded here; a generator fed by the
 //! published averages gives unlimited pages with the same aggregate shape.
 
 use std::cmp::Reverse;

@@ -1,4 +1,4 @@
-//! The shipped workloads reproduce the statistics their seeds report, generation is
+//! The shipped workloads reproduce the statistics their papers report, generation is
 //! deterministic, and bad workload files are reported with file, line and field.
 //!
 //! Tolerances are stated beside each check; sample sizes are large enough that a correct
