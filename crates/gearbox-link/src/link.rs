@@ -345,8 +345,20 @@ impl<P: AsRef<[u8]>> Link<P> {
     /// The next packet whose delivery time is <= `now`, in delivery order.
     /// Call repeatedly until `None`.
     pub fn poll_transmit(&mut self, now: Duration) -> Option<P> {
+        self.poll_transmit_ahead(now, Duration::ZERO)
+    }
+
+    /// Like [`Link::poll_transmit`], but also hands out a packet whose delivery
+    /// time is up to `lead` after `now`, without advancing the link past `now`
+    /// (so arrivals, departures and scheduled changes still happen at their own
+    /// times). The emulator asks for packets this much early because writing a
+    /// packet into the receiving namespace and waking its reader take time of
+    /// their own; the packet's logged delivery time stays the scheduled one. A
+    /// packet still in the bottleneck queue is never handed out early: with a
+    /// delay shorter than `lead` it leaves when it departs.
+    pub fn poll_transmit_ahead(&mut self, now: Duration, lead: Duration) -> Option<P> {
         self.advance(now);
-        let (at, inflight) = self.delay.pop(self.now)?;
+        let (at, inflight) = self.delay.pop(self.now + lead)?;
         let p = inflight.packet;
         self.stats.delivered_packets += 1;
         self.stats.delivered_bytes += p.len_bytes as u64;
@@ -367,7 +379,15 @@ impl<P: AsRef<[u8]>> Link<P> {
     /// the bottleneck): the emulator arms its timer for this. `None` = idle
     /// until the next `enqueue`. May be <= the last `now` when packets are due.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        match (self.delay.next_at(), self.server.next_event(self.queue.is_empty())) {
+        self.next_wakeup_ahead(Duration::ZERO)
+    }
+
+    /// [`Link::next_wakeup`] for a caller that polls with
+    /// [`Link::poll_transmit_ahead`] and the same `lead`: deliveries are asked for
+    /// `lead` early, bottleneck departures at their own time.
+    pub fn next_wakeup_ahead(&self, lead: Duration) -> Option<Duration> {
+        let delivery = self.delay.next_at().map(|t| t.saturating_sub(lead));
+        match (delivery, self.server.next_event(self.queue.is_empty())) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

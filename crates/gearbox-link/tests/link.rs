@@ -383,3 +383,35 @@ fn codel_link_drops_under_a_standing_queue_but_not_a_short_burst() {
     assert_eq!(drain(&mut link, Duration::from_secs(1)).len(), 30);
     assert_eq!(link.stats().queue_drops, 0);
 }
+
+#[test]
+fn asking_ahead_hands_out_a_delayed_packet_early_but_never_one_still_queued() {
+    let mut config = LinkConfig::constant(1_000_000);
+    config.delay_ms = Some(20.0);
+    let mut link: Link<Vec<u8>> = Link::new(config, 1).unwrap();
+    link.set_event_log(true);
+    // 1000 bytes at 1 Mbit/s: 8 ms in the bottleneck, then 20 ms of delay: due at 28 ms.
+    link.enqueue(ms(0), ipv4(17, 1000));
+    let lead = ms(5);
+    assert_eq!(link.next_wakeup_ahead(lead), Some(ms(8)), "the departure is not led");
+    assert!(link.poll_transmit_ahead(ms(8), lead).is_none());
+    assert_eq!(link.next_wakeup_ahead(lead), Some(ms(23)));
+    assert!(link.poll_transmit_ahead(ms(22), lead).is_none());
+    assert!(link.poll_transmit_ahead(ms(23), lead).is_some());
+    let deliver = link
+        .drain_events()
+        .into_iter()
+        .find(|e| matches!(e.kind, EventKind::Deliver { .. }));
+    assert_eq!(deliver.map(|e| e.at), Some(ms(28)), "the log keeps the scheduled time");
+    // A delay shorter than the lead: the packet leaves when it departs, not before.
+    let mut config = LinkConfig::constant(1_000_000);
+    config.delay_ms = Some(1.0);
+    let mut link: Link<Vec<u8>> = Link::new(config, 1).unwrap();
+    link.enqueue(ms(0), ipv4(17, 1000));
+    assert!(
+        link.poll_transmit_ahead(ms(7), lead).is_none(),
+        "still in the bottleneck"
+    );
+    assert!(link.poll_transmit_ahead(ms(8), lead).is_some());
+    assert_eq!(link.now(), ms(8), "asking ahead does not move the link's clock");
+}
