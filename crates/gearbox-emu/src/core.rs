@@ -204,8 +204,18 @@ pub struct Core {
     heap: BinaryHeap<Reverse<(Duration, usize)>>,
     logging: bool,
     dirty: Vec<usize>,
+    /// How early packets leaving towards the client / server namespace are
+    /// handed out ([`Core::set_delivery_lead`]).
+    lead: [Duration; 2],
     /// Packets that matched no path (not IPv4, or an address outside the plan).
     pub unroutable_packets: u64,
+}
+
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Client => 0,
+        Side::Server => 1,
+    }
 }
 
 fn ipv4_addr(packet: &[u8], offset: usize) -> Option<[u8; 4]> {
@@ -240,8 +250,25 @@ impl Core {
             heap: BinaryHeap::new(),
             logging: log_events,
             dirty: Vec::new(),
+            lead: [Duration::ZERO; 2],
             unroutable_packets: 0,
         })
+    }
+
+    /// Hands packets that leave the relay towards `side` to [`Core::poll`] `lead`
+    /// before their delivery time (the time writing them and waking their
+    /// reader takes; `crate::calibrate`). Links that feed another link are
+    /// not affected. Takes effect as links are next re-armed.
+    pub fn set_delivery_lead(&mut self, side: Side, lead: Duration) {
+        self.lead[side_index(side)] = lead;
+    }
+
+    /// The lead of link `k`'s deliveries.
+    fn lead_of(&self, k: usize) -> Duration {
+        match self.slots[k].dest {
+            Dest::Out(side) => self.lead[side_index(side)],
+            Dest::Link(_) | Dest::PrefixDown => Duration::ZERO,
+        }
     }
 
     /// The plan this core runs.
@@ -273,8 +300,9 @@ impl Core {
 
     /// Re-arms link `k` and marks it for event draining.
     fn touched(&mut self, k: usize) {
+        let lead = self.lead_of(k);
         let slot = &mut self.slots[k];
-        let next = slot.link.next_wakeup();
+        let next = slot.link.next_wakeup_ahead(lead);
         if next != slot.armed {
             if let Some(t) = next {
                 self.heap.push(Reverse((t, k)));
@@ -300,8 +328,9 @@ impl Core {
             }
             self.slots[k].armed = None;
             let dest = self.slots[k].dest;
+            let lead = self.lead_of(k);
             let mut moved = false;
-            while let Some(p) = self.slots[k].link.poll_transmit(now) {
+            while let Some(p) = self.slots[k].link.poll_transmit_ahead(now, lead) {
                 moved = true;
                 match dest {
                     Dest::Out(side) => out(side, p),

@@ -24,9 +24,12 @@
 //! and leaves devices behind when it dies.
 
 pub mod addr;
+pub mod arrival;
+pub mod calibrate;
 pub mod config;
 pub mod core;
 pub mod netns;
+pub mod probe;
 pub mod relay;
 pub mod run;
 mod sys;
@@ -35,13 +38,14 @@ use std::fs::File;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 pub use crate::config::{ConfigError, EmuConfig, PathConfig, PopulationConfig, RelayConfig, Topology};
 use crate::core::Core;
 pub use crate::core::{BuildError, Dir, LinkReport, Plan, Side};
 use crate::netns::{Namespaces, SetupError};
-use crate::relay::RelayHandle;
 pub use crate::relay::RelayReport;
+use crate::relay::{RelayDevices, RelayHandle};
 pub use crate::run::{run, ReadyPort, RunOptions, RunOutcome};
 use std::os::unix::process::CommandExt;
 
@@ -114,6 +118,10 @@ pub fn check_environment() -> Result<(), EmuError> {
     Ok(())
 }
 
+/// How long [`Emulator::start`] waits for the first hop-latency estimates (a
+/// few hundred probes' worth; normally ~60 ms).
+const CALIBRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Options of an [`Emulator`] beyond its config.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorOptions {
@@ -132,6 +140,12 @@ pub struct Emulator {
     relay: Option<RelayHandle>,
     netns: Namespaces,
     client_addrs: Vec<Ipv4Addr>,
+    /// CLOCK_MONOTONIC when the relay started: every link's time zero.
+    epoch: std::time::Duration,
+    /// The hop compensation the relay measures and applies.
+    hops: Arc<calibrate::Shared>,
+    /// Probes the relay for its hop latencies; stopped before the relay.
+    calibrator: Option<calibrate::Calibrator>,
 }
 
 impl Emulator {
@@ -171,15 +185,82 @@ impl Emulator {
             client_batch.push_str(&format!("route add {}/32 dev {dev} src {first}\n", addr::SERVER_ADDR));
         }
         netns::ip(&["-n", &netns.client, "-batch", "-"], Some(&client_batch))?;
+        let tap = |ns: &str| {
+            netns::in_netns(ns, || sys::open_transmit_tap(sys::TUN_NAME))
+                .and_then(|r| r)
+                .map_err(|e| {
+                    EmuError::Setup(SetupError {
+                        step: format!("open a transmit tap on {} in namespace {ns}", sys::TUN_NAME),
+                        detail: e.to_string(),
+                    })
+                })
+        };
+        let taps = [tap(&netns.client)?, tap(&netns.server)?];
         let epoch = sys::monotonic_now();
-        let relay = RelayHandle::spawn(core, client_tun, server_tun, epoch, config.relay.clone(), events)
+        let hops = Arc::new(calibrate::Shared::default());
+        let [client_tap, server_tap] = taps;
+        let devices = RelayDevices {
+            client_tun,
+            server_tun,
+            client_tap,
+            server_tap,
+        };
+        let relay = RelayHandle::spawn(core, devices, epoch, config.relay.clone(), events, hops.clone())
             .map_err(EmuError::Relay)?;
-        tracing::info!(name = %netns.name, server_ns = %netns.server, client_ns = %netns.client, "emulator up");
-        Ok(Emulator {
+        let mut emu = Emulator {
             relay: Some(relay),
             netns,
             client_addrs,
-        })
+            epoch,
+            hops,
+            calibrator: None,
+        };
+        emu.calibrate()?;
+        tracing::info!(name = %emu.netns.name, server_ns = %emu.netns.server, client_ns = %emu.netns.client,
+            hops = ?emu.hop_compensation(), "emulator up");
+        Ok(emu)
+    }
+
+    /// Starts the calibrator (a raw socket in each namespace, probing towards
+    /// the other) and waits up to [`CALIBRATION_WAIT`] for a first estimate of
+    /// every hop, so that the first packets of a run are compensated too.
+    fn calibrate(&mut self) -> Result<(), EmuError> {
+        let mut ends = Vec::new();
+        let first_client = self.client_addrs.first().copied().unwrap_or(addr::SERVER_ADDR);
+        for (side, towards) in [(Side::Client, addr::SERVER_ADDR), (Side::Server, first_client)] {
+            let socket = self.in_namespace(side, calibrate::open_socket)?.map_err(|e| {
+                EmuError::Setup(SetupError {
+                    step: "open the calibrator's raw socket".into(),
+                    detail: e.to_string(),
+                })
+            })?;
+            ends.push(calibrate::Endpoint { socket, towards });
+        }
+        self.calibrator = Some(calibrate::Calibrator::start(ends, self.epoch).map_err(EmuError::Relay)?);
+        let deadline = std::time::Instant::now() + CALIBRATION_WAIT;
+        while !self.hops.calibrated() {
+            if std::time::Instant::now() > deadline {
+                tracing::warn!(
+                    "emulator: hop latencies not calibrated after {CALIBRATION_WAIT:?} ({:?}); \
+                     delays stay uncompensated until they are",
+                    self.hops.snapshot()
+                );
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// The hop compensation in force (zero where not yet calibrated).
+    pub fn hop_compensation(&self) -> calibrate::HopCompensation {
+        self.hops.snapshot()
+    }
+
+    /// CLOCK_MONOTONIC at the relay's start: time zero of every link, of the
+    /// event log's `t_us` and of [`probe::ProbeTimes`].
+    pub fn epoch(&self) -> std::time::Duration {
+        self.epoch
     }
 
     /// The run name (`GEARBOX_EMU_NAME`).
@@ -277,6 +358,7 @@ impl Emulator {
     /// Kills whatever runs in the namespaces, stops the relay (returning its
     /// report) and deletes the namespaces.
     pub fn stop(mut self) -> Result<RelayReport, EmuError> {
+        self.calibrator = None;
         self.netns.kill_all();
         let report = match self.relay.take() {
             Some(r) => r.stop().map_err(EmuError::Relay),
@@ -289,6 +371,7 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
+        self.calibrator = None;
         self.netns.kill_all();
         drop(self.relay.take());
         self.netns.remove();

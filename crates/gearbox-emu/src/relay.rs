@@ -15,15 +15,23 @@
 //! gives its waits no slack; without it a wait ends late by up to the thread's
 //! timer slack (`relay.timer_slack_ns`) or 0.1% of the wait, whichever is larger.
 //!
+//! Hop compensation: each packet enters its link at the kernel's time of its
+//! transmission into the TUN device (`crate::arrival`), not when the relay read
+//! it, and packets leaving towards a namespace are written early by the
+//! measured cost of writing them and waking their reader (`crate::calibrate`);
+//! calibration probes are answered here and never reach the links.
+//!
 //! The wake-up is the timeout of `epoll_pwait2` rather than a timerfd in the
 //! epoll set (the first design): at 50 Mbit/s a timerfd cost two extra system
 //! calls per wake-up (arm, then read it), about a tenth of the relay's CPU in
 //! `perf`, and a timerfd ignores the timer slack, so the slack could not be
 //! traded for fewer wake-ups. docs/emu.md has the figures of both.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,6 +39,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use gearbox_link::{DropReason, EventKind, PacketEvent};
 
+use crate::arrival::ArrivalTimes;
+use crate::calibrate::{self, HopCompensation, LowEstimate, Shared};
 use crate::config::{RelayConfig, REALTIME_PRIORITY};
 use crate::core::{Core, LinkReport, Side};
 use crate::sys::{self, Epoll, Waker};
@@ -50,6 +60,18 @@ pub struct RelayReport {
     pub wall_time: Duration,
     /// Writing the event log failed (the log stops at the first error).
     pub events_error: Option<String>,
+    /// The hop compensation in force when the relay stopped (zero where it
+    /// never calibrated; measured even with `relay.compensate_hops = false`).
+    pub hop_compensation: HopCompensation,
+    /// Calibration probes answered.
+    pub calibration_probes: u64,
+    /// Packets stamped with their kernel transmission time.
+    pub tapped_arrivals: u64,
+    /// Packets whose tapped copy was not found (stamped when read).
+    pub untapped_arrivals: u64,
+    /// Mean time a tapped packet waited in its TUN queue before the relay read
+    /// it: the delay the exact arrival times took off.
+    pub mean_tun_wait: Duration,
 }
 
 /// Size of the receive arena; a new one is taken when less than [`MAX_PACKET`] is left.
@@ -74,16 +96,35 @@ pub struct RelayHandle {
     thread: Option<JoinHandle<io::Result<RelayReport>>>,
 }
 
+/// The descriptors the relay works on, all opened inside their namespaces.
+pub struct RelayDevices {
+    /// The client namespace's TUN device.
+    pub client_tun: OwnedFd,
+    /// The server namespace's TUN device.
+    pub server_tun: OwnedFd,
+    /// Transmit tap of the client's TUN device (`sys::open_transmit_tap`).
+    pub client_tap: OwnedFd,
+    /// Transmit tap of the server's TUN device.
+    pub server_tap: OwnedFd,
+}
+
 impl RelayHandle {
-    /// Starts the relay. `epoch` (monotonic) is the links' time zero.
+    /// Starts the relay. `epoch` (monotonic) is the links' time zero; the
+    /// relay publishes its hop compensation in `shared`.
     pub fn spawn(
         core: Core,
-        client_tun: OwnedFd,
-        server_tun: OwnedFd,
+        devices: RelayDevices,
         epoch: Duration,
         relay_config: RelayConfig,
         events: Option<File>,
+        shared: Arc<Shared>,
     ) -> io::Result<Self> {
+        let RelayDevices {
+            client_tun,
+            server_tun,
+            client_tap,
+            server_tap,
+        } = devices;
         let waker = Arc::new(Waker::new()?);
         let w = waker.clone();
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -103,6 +144,15 @@ impl RelayHandle {
                     labels: Vec::new(),
                     pending: Vec::new(),
                     tun_write_errors: 0,
+                    shared,
+                    out: [LowEstimate::default(); 2],
+                    send_path: [LowEstimate::default(); 2],
+                    taps: [client_tap, server_tap],
+                    arrivals: Default::default(),
+                    tun_wait_total: Duration::ZERO,
+                    compensate: relay_config.compensate_hops,
+                    calibration_probes: 0,
+                    answers: VecDeque::new(),
                 };
                 relay.run(&w, &relay_config)
             })?;
@@ -161,6 +211,31 @@ struct Relay {
     /// Events drained from the links, waiting to be written (reused).
     pending: Vec<(usize, PacketEvent)>,
     tun_write_errors: u64,
+    /// Where the estimates are published.
+    shared: Arc<Shared>,
+    /// Write plus reader wake-up towards the client / server side.
+    out: [LowEstimate; 2],
+    /// A sender's own path in the client / server namespace, from its `send`
+    /// call to the TUN device's transmit.
+    send_path: [LowEstimate; 2],
+    /// Transmit taps of the client / server TUN device (`sys::open_transmit_tap`).
+    taps: [OwnedFd; 2],
+    /// Tapped packets of each side waiting for their read.
+    arrivals: [ArrivalTimes; 2],
+    /// Sum of read time minus tapped time over tapped packets.
+    tun_wait_total: Duration,
+    /// Apply the estimates (`relay.compensate_hops`).
+    compensate: bool,
+    calibration_probes: u64,
+    /// Calibration answers waiting for their time: (due, side, probe, seq).
+    answers: VecDeque<(Duration, Side, Vec<u8>, u32)>,
+}
+
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Client => 0,
+        Side::Server => 1,
+    }
 }
 
 fn reason_name(r: DropReason) -> &'static str {
@@ -210,10 +285,12 @@ impl Relay {
         let mut lateness = Duration::ZERO;
         'run: loop {
             let now = self.now();
-            let timeout = self
-                .core
-                .next_wakeup()
-                .map(|t| t.saturating_sub(now).saturating_sub(lateness));
+            let answer_due = self.answers.front().map(|a| a.0);
+            let timeout = match (self.core.next_wakeup(), answer_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+            .map(|t| t.saturating_sub(now).saturating_sub(lateness));
             let n = epoll.wait(&mut ready, timeout)?;
             if let (0, Some(asked)) = (n, timeout.filter(|t| !t.is_zero())) {
                 let late = self.now().saturating_sub(now + asked).min(MAX_WAKE_COMPENSATION);
@@ -243,6 +320,14 @@ impl Relay {
             cpu_time: sys::thread_cpu_time().saturating_sub(cpu_start),
             wall_time: self.now(),
             events_error: self.events_error.take(),
+            hop_compensation: self.shared.snapshot(),
+            calibration_probes: self.calibration_probes,
+            tapped_arrivals: self.arrivals.iter().map(|a| a.matched).sum(),
+            untapped_arrivals: self.arrivals.iter().map(|a| a.unmatched).sum(),
+            mean_tun_wait: {
+                let n: u64 = self.arrivals.iter().map(|a| a.matched).sum();
+                self.tun_wait_total / n.max(1) as u32
+            },
         })
     }
 
@@ -266,13 +351,110 @@ impl Relay {
             if len == 0 {
                 continue;
             }
-            let now = self.now();
+            let read_at = self.now();
+            let tapped = self.tapped_arrival(from, &packet)?;
+            if let Some(t) = tapped {
+                self.tun_wait_total += read_at.saturating_sub(t);
+            }
+            if calibrate::is_calibration(&packet) {
+                self.answer_probe(from, &packet, tapped);
+                continue;
+            }
+            let at = match tapped {
+                Some(t) if self.compensate => t.min(read_at),
+                _ => read_at,
+            };
             match from {
-                Side::Client => self.core.from_client(now, packet),
-                Side::Server => self.core.from_server(now, packet),
+                Side::Client => self.core.from_client(at, packet),
+                Side::Server => self.core.from_server(at, packet),
             }
         }
         Ok(())
+    }
+
+    /// When `packet`, just read from side `from`, was handed to its TUN device
+    /// (relay clock), from the transmit tap; `None` if its copy is missing.
+    fn tapped_arrival(&mut self, from: Side, packet: &[u8]) -> io::Result<Option<Duration>> {
+        let i = side_index(from);
+        if let Some(t) = self.arrivals[i].arrival(packet) {
+            return Ok(Some(t));
+        }
+        // Its copy is not read yet: take everything the tap holds.
+        let mut head = [0u8; sys::TAP_SNAPLEN];
+        // Tap stamps are CLOCK_REALTIME; the relay's clock is monotonic.
+        let realtime_ahead = sys::realtime_now().saturating_sub(sys::monotonic_now());
+        while let Some((n, stamp)) = sys::recv_tapped(self.taps[i].as_raw_fd(), &mut head)? {
+            let at = stamp.saturating_sub(realtime_ahead).saturating_sub(self.epoch);
+            self.arrivals[i].tapped(&head[..n], at);
+        }
+        let found = self.arrivals[i].arrival(packet);
+        if found.is_none() {
+            self.arrivals[i].miss();
+        }
+        Ok(found)
+    }
+
+    /// Takes a calibration probe's samples (its send path, from its send time
+    /// to its tapped time; its calibrator's last out-sample) and schedules its
+    /// answer.
+    fn answer_probe(&mut self, from: Side, packet: &[u8], tapped: Option<Duration>) {
+        let Some(probe) = calibrate::parse_probe(packet) else {
+            self.core.unroutable_packets += 1;
+            return;
+        };
+        self.calibration_probes += 1;
+        let i = side_index(from);
+        if let Some(t) = tapped {
+            self.send_path[i].add(t.saturating_sub(probe.sent));
+        }
+        if let Some(out) = probe.out_sample {
+            self.out[i].add(out);
+        }
+        self.update_compensation();
+        let due = self.now() + calibrate::ANSWER_DELAY;
+        self.answers.push_back((due, from, packet.to_vec(), probe.seq));
+    }
+
+    /// Publishes the compensation of each direction: packets towards a side are
+    /// written early by the minimum recent cost of writing them and waking
+    /// their reader there, plus the minimum recent cost of the sender's own
+    /// path on the other side (its `send` call to the TUN device).
+    fn update_compensation(&mut self) {
+        for (to, from) in [(Side::Client, Side::Server), (Side::Server, Side::Client)] {
+            let (i, j) = (side_index(to), side_index(from));
+            let (Some(out), Some(send)) = (self.out[i].value(), self.send_path[j].value()) else {
+                continue;
+            };
+            let lead = out + send;
+            self.shared.out_ns[i].store(out.as_nanos() as u64, Ordering::Relaxed);
+            self.shared.send_ns[j].store(send.as_nanos() as u64, Ordering::Relaxed);
+            if self.compensate {
+                self.core.set_delivery_lead(to, lead);
+            }
+        }
+    }
+
+    /// Writes the calibration answers that are due, each stamped with the
+    /// moment its write starts.
+    fn write_answers(&mut self) {
+        while let Some((due, side, _, _)) = self.answers.front() {
+            if *due > self.now() {
+                break;
+            }
+            let side = *side;
+            let Some((_, _, probe, seq)) = self.answers.pop_front() else {
+                break;
+            };
+            let fd = match side {
+                Side::Client => self.client_tun.as_raw_fd(),
+                Side::Server => self.server_tun.as_raw_fd(),
+            };
+            if let Some(a) = calibrate::answer(&probe, seq, self.now()) {
+                if sys::write_packet(fd, &a).is_err() {
+                    self.tun_write_errors += 1;
+                }
+            }
+        }
     }
 
     /// Runs the links that are due and writes what leaves them.
@@ -289,6 +471,7 @@ impl Relay {
                 *errors += 1;
             }
         });
+        self.write_answers();
     }
 
     fn write_events(&mut self) {

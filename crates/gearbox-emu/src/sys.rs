@@ -236,3 +236,152 @@ pub fn kill_pid(pid: u32, sig: libc::c_int) {
         }
     }
 }
+
+/// CLOCK_REALTIME now (the clock of packet-socket timestamps).
+pub fn realtime_now() -> Duration {
+    // SAFETY: timespec is plain data written by the call.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Bytes of each packet a transmit tap keeps: the IPv4 header and a little more,
+/// enough to tell packets apart.
+pub const TAP_SNAPLEN: usize = 64;
+
+/// Opens, in the calling thread's namespace, a packet socket on device `ifname`
+/// that receives the first [`TAP_SNAPLEN`] bytes of every packet the namespace
+/// *sends* into it, each stamped by the kernel (`SO_TIMESTAMPNS`, realtime)
+/// when the device was handed the packet. A classic BPF filter
+/// (`SKF_AD_PKTTYPE == PACKET_OUTGOING`) keeps the packets the relay writes
+/// in the other way out of it. Non-blocking.
+pub fn open_transmit_tap(ifname: &str) -> io::Result<OwnedFd> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket(2); the result is checked.
+    let fd = check(unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::c_int::from(proto),
+        )
+    })?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let filter = [
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: u32::from(libc::PACKET_OUTGOING),
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: TAP_SNAPLEN as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    let set = |level, name, value: *const libc::c_void, len: usize| {
+        // SAFETY: `value` points to `len` readable bytes that live for the call.
+        check(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, value, len as libc::socklen_t) })
+    };
+    set(
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_FILTER,
+        (&prog as *const libc::sock_fprog).cast(),
+        std::mem::size_of::<libc::sock_fprog>(),
+    )?;
+    let on: libc::c_int = 1;
+    set(
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPNS,
+        (&on as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>(),
+    )?;
+    let rcvbuf: libc::c_int = 4 << 20;
+    let _ = set(
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        (&rcvbuf as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>(),
+    );
+    let name = CString::new(ifname).map_err(io::Error::other)?;
+    // SAFETY: a valid NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = proto;
+    addr.sll_ifindex = ifindex as i32;
+    // SAFETY: `addr` is a sockaddr_ll of the size passed.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
+}
+
+/// Takes one packet from a transmit tap: its first bytes into `buf` and the
+/// kernel's realtime timestamp. `Ok(None)` when the tap is empty.
+pub fn recv_tapped(fd: RawFd, buf: &mut [u8; TAP_SNAPLEN]) -> io::Result<Option<(usize, Duration)>> {
+    // Room for one cmsg carrying a timespec, aligned.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut stamp = None;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled in.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                stamp = Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    match stamp {
+        Some(t) => Ok(Some((n as usize, t))),
+        None => Err(io::Error::other("a tapped packet without its timestamp")),
+    }
+}
