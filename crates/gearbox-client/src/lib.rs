@@ -1,6 +1,7 @@
 //! The gearbox client: HTTPS requests over pooled HTTP/1.1, HTTP/2 and HTTP/3 connections,
 //! each timed (RCT, TTFB, handshake) with its transport state and written as one
-//! telemetry record (docs/architecture.md, "Parts" and "Telemetry first").
+//! telemetry record (docs/architecture.md, "The parts" and principle 4, "Telemetry
+//! first").
 //!
 //! - [`Client`]: the async client; [`Client::request`] for one request,
 //!   [`Client::load_page`] for a page's dependency graph over one connection.

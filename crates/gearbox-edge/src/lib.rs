@@ -6,7 +6,7 @@
 //! with the server time until its last byte was acknowledged and a snapshot of the
 //! connection's transport state. New connections ask the [`ConnectionGears`] for
 //! their congestion controller and initial window: the decision points where the Floo
-//! and TCP WISE gears plug in (docs/architecture.md, "Parts").
+//! and TCP WISE gears plug in (docs/architecture.md, "The parts").
 
 use std::collections::HashMap;
 use std::future::Future;

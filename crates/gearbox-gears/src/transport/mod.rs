@@ -15,8 +15,9 @@
 //!
 //! [`wisetrans::WiseTrans`] puts them together as WiseTrans-v1 (the monitor's output
 //! decides directly, §IV-A1) or WiseTrans-v2 (the monitor's score change triggers live
-//! experiments, §IV-A2). Baselines sit beside it (docs/architecture.md, "Every decision has baselines and an oracle"): [`Static`]
-//! (TCP-only, QUIC-only), [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
+//! experiments, §IV-A2). Baselines sit beside it (docs/architecture.md, principle 3
+//! "Baselines and an oracle for every decision"): [`Static`] (TCP-only, QUIC-only),
+//! [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
 //! bandwidth and loss), `mlp` (WiseTrans-v1 with the monitor's XGBoost models replaced by
 //! Table II's 128-64 MLP, §IV-E2, [`WiseTrans::mlp`]) and [`race::Race`] (what Chromium
 //! does: race QUIC against TCP).
@@ -171,9 +172,9 @@ pub struct TransportConfig {
     /// probability: a change that moves a confident 0.2 past the 0.5 boundary.
     pub explore_score_delta: f64,
     /// Score-triggered explorations are at least this far apart, ms (bounded
-    /// exploration, docs/architecture.md "Safe by default"): a jump seen sooner waits and explores on the
-    /// first request after the interval. New-origin and path-change explorations are
-    /// not held back.
+    /// exploration, docs/architecture.md principle 6 "Safe by default"): a jump seen
+    /// sooner waits and explores on the first request after the interval. New-origin and
+    /// path-change explorations are not held back.
     pub min_explore_interval_ms: u64,
     /// An exploration whose six probe requests (and extras, see `probe_balance`) have
     /// not all finished after this long is abandoned (the last selected protocol
