@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use gearbox_cc::{QuicCc, TcpCc};
 use gearbox_client::{
-    Bytes, Client, ClientConfig, ClientError, ClientRecord, Method, PageLoadOptions, Request, StaticTransport,
-    TransportGear, TransportPref, Trust,
+    Bytes, Client, ClientConfig, ClientError, ClientRecord, Decision, Method, PageLoadOptions, Request,
+    StaticTransport, TransportChoice, TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
@@ -308,7 +308,7 @@ pub(crate) struct Collect<G = StaticTransport> {
 }
 
 impl<G: TransportGear> TransportGear for Collect<G> {
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+    fn choose(&mut self, origin: &str, now: Instant) -> Decision<TransportChoice> {
         self.inner.choose(origin, now)
     }
 

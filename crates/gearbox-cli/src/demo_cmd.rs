@@ -152,7 +152,7 @@ fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
             telemetry: Some(edge_log.clone()),
             ..EdgeConfig::default()
         };
-        let edge = Edge::bind(config.clone(), crate::edge_cmd::static_policy(&config)).await?;
+        let edge = Edge::bind(config.clone(), crate::edge_cmd::static_gears(&config)).await?;
         let target = format!("https://localhost:{}", edge.tcp_addr().port());
         println!(
             "gearbox demo: edge on {target} (TCP) and udp {}; workload {} seed {}: {} requests in {} clicks, replayed \

@@ -2,11 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 
 /// Arguments of `gearbox edge`. Each flag overrides the same field of `--config`.
 #[derive(clap::Args, Debug, Default)]
@@ -102,9 +101,9 @@ impl EdgeArgs {
     }
 }
 
-/// The static policy the flags describe.
-pub fn static_policy(c: &EdgeConfig) -> Arc<StaticPolicy> {
-    Arc::new(StaticPolicy::from_config(c))
+/// The static per-connection gears the flags describe.
+pub fn static_gears(c: &EdgeConfig) -> ConnectionGears {
+    ConnectionGears::from_config(c)
 }
 
 /// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.
@@ -112,8 +111,8 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
     let config = a.config()?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let policy = static_policy(&config);
-        let edge = Edge::bind(config, policy).await?;
+        let gears = static_gears(&config);
+        let edge = Edge::bind(config, gears).await?;
         eprintln!(
             "gearbox edge: https://{} (h2, http/1.1) and h3 on udp {}{}",
             edge.tcp_addr(),

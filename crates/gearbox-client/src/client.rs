@@ -3,8 +3,8 @@
 //!
 //! A request's completion time (RCT) runs from the moment [`Client::request`] is called
 //! (so it includes name resolution, waiting for a pooled connection and any handshake)
-//! to the last body byte. That is the quantity WiseTrans (seed 000, §II-A) compares TCP
-//! and QUIC on: a new connection's handshake is part of what the transport costs.
+//! to the last body byte. That is the quantity WiseTrans compares TCP and QUIC on
+//! (WiseTrans §II-A): a new connection's handshake is part of what the transport costs.
 //!
 //! Retry rule: a request that fails on a *reused* connection before any response header
 //! arrived (the peer closed or sent GOAWAY while the connection sat in the pool) is sent
@@ -30,8 +30,9 @@ use crate::conn::{
     SnapshotSource, Target, TcpTls,
 };
 use crate::error::{from_quic, ClientError};
-use crate::gear::{StaticTransport, TransportGear, TransportPref};
+use crate::gear::{StaticTransport, TransportPref};
 use crate::race::{local_address_fingerprint, RaceState};
+use gearbox_gear_api::{Decision, TransportGear};
 
 /// One HTTP request.
 #[derive(Debug, Clone)]
@@ -314,22 +315,18 @@ impl Client {
         self.execute(req, None).await
     }
 
-    /// Asks the gear for an `Auto` transport (`origin` is `host:port`).
-    pub(crate) fn decide(&self, requested: TransportPref, origin: &str) -> (TransportPref, String) {
+    /// Asks the gear for an `Auto` transport (`origin` is `host:port`); a transport the
+    /// caller fixed is a decision too, with no id.
+    pub(crate) fn decide(&self, requested: TransportPref, origin: &str) -> Decision<TransportPref> {
         if requested != TransportPref::Auto {
-            return (requested, format!("fixed:{}", requested.name()));
+            return Decision::new(requested, format!("fixed:{}", requested.name()));
         }
-        let (pref, reason) = self
-            .inner
+        self.inner
             .gear
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .choose(origin, Instant::now());
-        if pref == TransportPref::Auto {
-            (TransportPref::Tcp, format!("{reason} (gear answered auto; using tcp)"))
-        } else {
-            (pref, reason)
-        }
+            .choose(origin, Instant::now())
+            .map(TransportPref::from)
     }
 
     /// Runs one request; `decided` carries a transport already chosen (page loads decide
@@ -337,13 +334,17 @@ impl Client {
     pub(crate) async fn execute(
         &self,
         req: Request,
-        decided: Option<(TransportPref, String)>,
+        decided: Option<Decision<TransportPref>>,
     ) -> (Result<Response, ClientError>, ClientRecord) {
         let start = Instant::now();
         let start_unix_ms = unix_ms_now();
         let parsed = parse_url(&req.url);
         let origin = parsed.as_ref().map(|u| u.authority.clone()).unwrap_or_default();
-        let (pref, decision) = match decided {
+        let Decision {
+            choice: pref,
+            reason: decision,
+            id: decision_id,
+        } = match decided {
             Some(d) => d,
             None => self.decide(req.transport, &origin),
         };
@@ -395,6 +396,7 @@ impl Client {
                 Some(outcome) => format!("{decision};race={outcome}"),
                 None => decision,
             }),
+            decision_id,
             click: req.click,
             error: result.as_ref().err().map(|e| e.kind().to_string()),
         };

@@ -13,8 +13,8 @@ pub struct ClientConfig {
     /// Which server certificates are trusted.
     pub trust: Trust,
     /// Local addresses to bind connections to, one per path of a multipath client
-    /// (DESIGN.md: multipath is one connection per local path). A request's `path_index`
-    /// picks one. Empty: one unbound path (index 0), the kernel chooses the source.
+    /// (docs/architecture.md: multipath is one connection per local path). A request's
+    /// `path_index` picks one. Empty: one unbound path (index 0), the kernel chooses the source.
     pub local_addrs: Vec<IpAddr>,
     /// Congestion controller of QUIC connections (quinn's, set per connection).
     pub quic_cc: QuicCc,

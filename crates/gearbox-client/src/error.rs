@@ -3,7 +3,7 @@
 //!
 //! Every failure is reported, never panicked on, and every wait is bounded: a request
 //! ends with a response or with one of these within the configured request timeout
-//! (DESIGN.md principle 6).
+//! (docs/architecture.md, "Safe by default").
 
 use std::time::Duration;
 

@@ -1,20 +1,23 @@
-//! The transport gear: which transport a request takes when the caller leaves it to the
-//! client (`TransportPref::Auto`).
+//! The transport gear in the client: which transport a request takes when the caller
+//! leaves it to the client (`TransportPref::Auto`).
 //!
-//! WiseTrans (seed 000, §III-A) decides TCP or QUIC per request on the client, as "a shim
+//! WiseTrans (WiseTrans §III-A) decides TCP or QUIC per request on the client, as "a shim
 //! layer between the application layer and transport layer" that collects what finished
-//! requests cost and makes the next decision. That is exactly the gear shape of
-//! DESIGN.md: a sans-IO object that is asked to [`TransportGear::choose`] at request start
-//! and told what happened with [`TransportGear::observe`], both given `now`. It owns no
-//! sockets and no clock, so the WiseTrans gear, baselines and oracles are tested with
-//! invented time and records, and the simulator drives them the same way.
+//! requests cost and makes the next decision. The gear's trait, [`TransportGear`], lives
+//! in `gearbox-gear-api` with the other decision points (docs/architecture.md, "The gear
+//! shape"): a sans-IO object asked to choose at request start and told every finished
+//! request's record, both given `now`. This module holds what only the client needs: the
+//! caller's request preference ([`TransportPref`], which also names HTTP/1.1 and racing),
+//! how a gear's [`TransportChoice`] becomes one, and the static baseline the client uses
+//! when no gear is set.
 //!
 //! Rejected alternative: a callback that receives the live connection pool. It would let
 //! a gear look at sockets directly, but then it could not run in virtual time.
 
 use std::time::Instant;
 
-use gearbox_dataplane::telemetry::ClientRecord;
+use gearbox_gear_api::{ClientRecord, Decision};
+pub use gearbox_gear_api::{TransportChoice, TransportGear};
 
 /// Which transport (and HTTP version) a request travels on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
@@ -56,26 +59,13 @@ impl std::fmt::Display for TransportPref {
     }
 }
 
-/// A transport gear: chooses the transport of each `Auto` request and learns from the
-/// records of finished ones.
-pub trait TransportGear: Send {
-    /// The transport for the next request to `origin` (`host:port`), and a short reason
-    /// that goes into the record's `decision` field. Returning `Auto` is treated as `Tcp`.
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String);
-
-    /// A request finished (successfully or not); `record` is what was written to telemetry.
-    fn observe(&mut self, record: &ClientRecord, now: Instant);
-}
-
-/// A boxed gear is a gear, so wrappers (such as the CLI's record collector) can hold
-/// either a concrete gear or one chosen at run time.
-impl<G: TransportGear + ?Sized> TransportGear for Box<G> {
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
-        (**self).choose(origin, now)
-    }
-
-    fn observe(&mut self, record: &ClientRecord, now: Instant) {
-        (**self).observe(record, now)
+impl From<TransportChoice> for TransportPref {
+    fn from(c: TransportChoice) -> Self {
+        match c {
+            TransportChoice::Tcp => TransportPref::Tcp,
+            TransportChoice::Quic => TransportPref::Quic,
+            TransportChoice::Race => TransportPref::Race,
+        }
     }
 }
 
@@ -84,18 +74,19 @@ impl<G: TransportGear + ?Sized> TransportGear for Box<G> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaticTransport {
     /// The transport every request takes.
-    pub transport: TransportPref,
+    pub choice: TransportChoice,
 }
 
 impl StaticTransport {
-    /// Always `transport` (`Auto` means `Tcp`).
+    /// Always the transport under `transport`: `H1` and `Auto` mean TCP (the HTTP version
+    /// on TCP is not the transport gear's to choose).
     pub fn new(transport: TransportPref) -> Self {
-        let transport = if transport == TransportPref::Auto {
-            TransportPref::Tcp
-        } else {
-            transport
+        let choice = match transport {
+            TransportPref::Tcp | TransportPref::H1 | TransportPref::Auto => TransportChoice::Tcp,
+            TransportPref::Quic => TransportChoice::Quic,
+            TransportPref::Race => TransportChoice::Race,
         };
-        StaticTransport { transport }
+        StaticTransport { choice }
     }
 }
 
@@ -107,8 +98,8 @@ impl Default for StaticTransport {
 }
 
 impl TransportGear for StaticTransport {
-    fn choose(&mut self, _origin: &str, _now: Instant) -> (TransportPref, String) {
-        (self.transport, format!("static:{}", self.transport.name()))
+    fn choose(&mut self, _origin: &str, _now: Instant) -> Decision<TransportChoice> {
+        Decision::new(self.choice, format!("static:{}", self.choice.name()))
     }
 
     fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
@@ -122,13 +113,25 @@ mod tests {
     fn static_gear_always_gives_its_transport_and_says_so() {
         let mut g = StaticTransport::new(TransportPref::Quic);
         let now = Instant::now();
-        assert_eq!(g.choose("a:443", now), (TransportPref::Quic, "static:quic".to_string()));
-        assert_eq!(g.choose("b:443", now).0, TransportPref::Quic);
+        assert_eq!(
+            g.choose("a:443", now),
+            Decision::new(TransportChoice::Quic, "static:quic")
+        );
+        assert_eq!(g.choose("b:443", now).choice, TransportChoice::Quic);
     }
 
     #[test]
     fn static_gear_never_answers_auto() {
         let mut g = StaticTransport::new(TransportPref::Auto);
-        assert_eq!(g.choose("a:443", Instant::now()).0, TransportPref::Tcp);
+        assert_eq!(g.choose("a:443", Instant::now()).choice, TransportChoice::Tcp);
+        let mut h1 = StaticTransport::new(TransportPref::H1);
+        assert_eq!(h1.choose("a:443", Instant::now()).choice, TransportChoice::Tcp);
+    }
+
+    #[test]
+    fn every_gear_choice_is_a_request_preference() {
+        assert_eq!(TransportPref::from(TransportChoice::Tcp), TransportPref::Tcp);
+        assert_eq!(TransportPref::from(TransportChoice::Quic), TransportPref::Quic);
+        assert_eq!(TransportPref::from(TransportChoice::Race), TransportPref::Race);
     }
 }

@@ -1,11 +1,12 @@
 //! The gearbox client: HTTPS requests over pooled HTTP/1.1, HTTP/2 and HTTP/3 connections,
 //! each timed (RCT, TTFB, handshake) with its transport state and written as one
-//! telemetry record (DESIGN.md "Data plane" and principle 4).
+//! telemetry record (docs/architecture.md, "The parts" and principle 4, "Telemetry
+//! first").
 //!
 //! - [`Client`]: the async client; [`Client::request`] for one request,
 //!   [`Client::load_page`] for a page's dependency graph over one connection.
-//! - [`TransportGear`]: the hook where WiseTrans (seed 000) chooses TCP or QUIC for each
-//!   `Auto` request; [`StaticTransport`] is the static baseline.
+//! - [`TransportGear`] (from `gearbox-gear-api`): the hook where WiseTrans chooses TCP or
+//!   QUIC for each `Auto` request; [`StaticTransport`] is the static baseline.
 //! - [`TransportPref::Race`]: Chromium-style QUIC/TCP racing with broken-QUIC marking
 //!   ([`race`]), the browser baseline of the transport gear.
 //! - [`BlockingClient`]: the same with its own runtime, for Python.
@@ -26,7 +27,8 @@ pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};
 pub use config::ClientConfig;
 pub use error::ClientError;
-pub use gear::{StaticTransport, TransportGear, TransportPref};
+pub use gear::{StaticTransport, TransportChoice, TransportGear, TransportPref};
+pub use gearbox_gear_api::{Decision, DecisionId};
 pub use page::{ObjectTiming, PageLoad, PageLoadOptions};
 
 // Types of the public API from other crates, so callers need not depend on them.

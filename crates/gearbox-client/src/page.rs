@@ -1,6 +1,6 @@
 //! Page loads: a page's objects fetched in dependency order over one connection.
 //!
-//! FlexHTTP (seed 002, §2) chooses HTTP/2 or HTTP/3 per *page load*, and judges the
+//! FlexHTTP (FlexHTTP §2) chooses HTTP/2 or HTTP/3 per *page load*, and judges the
 //! choice by how long the page takes, not by any single request. A browser fetches the
 //! HTML, discovers CSS and JS in it, and discovers further objects in those; everything
 //! discovered is fetched concurrently on the origin's one multiplexed connection with an
@@ -109,7 +109,8 @@ impl Client {
         page.validate().map_err(|e| ClientError::Page(e.to_string()))?;
         let origin = origin.trim_end_matches('/');
         let authority = parse_url(&format!("{origin}/"))?.authority;
-        let (transport, reason) = self.decide(options.transport, &authority);
+        let decision = self.decide(options.transport, &authority);
+        let transport = decision.choice;
         let count = page.objects.len();
         let mut waiting_on: Vec<usize> = page.objects.iter().map(|o| o.depends_on.len()).collect();
         let mut dependents: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -130,7 +131,7 @@ impl Client {
             if let Ok(v) = HeaderValue::from_str(&format!("u={}", object.priority.min(7))) {
                 req.headers.insert("priority", v);
             }
-            let decided = Some((transport, reason.clone()));
+            let decided = Some(decision.clone());
             async move {
                 let started_ms = start.elapsed().as_secs_f64() * 1e3;
                 let (result, record) = self.execute(req, decided).await;
@@ -177,7 +178,7 @@ impl Client {
         Ok(PageLoad {
             page_load_ms,
             protocol,
-            decision: reason,
+            decision: decision.reason,
             objects,
         })
     }

@@ -1,6 +1,6 @@
 //! Racing QUIC against TCP, Chromium-style: the `Race` baseline of the transport gear.
 //!
-//! WiseTrans (seed 000) is judged against what browsers do today. Chromium opens a new
+//! WiseTrans is judged against what browsers do today. Chromium opens a new
 //! connection to a QUIC-capable origin by starting the QUIC handshake and holding the
 //! TCP attempt back for a short while; whichever connects first carries the request. A
 //! QUIC attempt that fails, or loses to TCP, marks QUIC "broken" for the origin, and

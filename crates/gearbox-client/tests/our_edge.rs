@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{bounded, Site};
 use gearbox_client::{Bytes, Protocol, Request, TransportPref};
-use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol() {
@@ -18,10 +16,8 @@ async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol()
         key: site.path().join("key.pem"),
         ..EdgeConfig::default()
     };
-    let policy = StaticPolicy::from_config(&config);
-    let edge = Edge::bind(config, Arc::new(policy))
-        .await
-        .expect("edge binds on loopback");
+    let gears = ConnectionGears::from_config(&config);
+    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
     let (tcp, quic) = (edge.tcp_addr(), edge.quic_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(edge.serve(async {

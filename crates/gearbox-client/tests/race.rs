@@ -5,12 +5,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{bounded, Site};
 use gearbox_client::{Protocol, Request, TransportPref};
-use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 
 /// An edge on loopback; `quic_elsewhere` puts its QUIC listener on another port, so
 /// UDP sent to the TCP port reaches nothing (as when a network drops UDP).
@@ -29,10 +28,8 @@ async fn edge(
         key: site.path().join("key.pem"),
         ..EdgeConfig::default()
     };
-    let policy = StaticPolicy::from_config(&config);
-    let edge = Edge::bind(config, Arc::new(policy))
-        .await
-        .expect("edge binds on loopback");
+    let gears = ConnectionGears::from_config(&config);
+    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
     let tcp = edge.tcp_addr();
     if quic_elsewhere {
         assert_ne!(edge.quic_addr().port(), tcp.port(), "QUIC must listen elsewhere");

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{bounded, caddy, nginx, Site, BIG_BYTES, HELLO};
 use gearbox_client::{
-    Client, ClientConfig, ClientRecord, PageLoadOptions, Protocol, Request, TransportGear, TransportPref,
+    Client, ClientConfig, ClientRecord, Decision, DecisionId, PageLoadOptions, Protocol, Request, TransportChoice,
+    TransportGear, TransportPref,
 };
 use gearbox_workload::{ObjectKind, Page, PageObject};
 
@@ -242,24 +243,24 @@ async fn a_connection_the_server_closed_is_replaced_transparently() {
     .await;
 }
 
-/// (protocol, decision) of each observed record.
-type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+/// (protocol, decision, decision id) of each observed record.
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<DecisionId>)>>>;
 
-/// A gear that picks HTTP/1.1 and remembers what it was told.
+/// A gear that picks TCP, tags its decision and remembers what it was told.
 struct RecordingGear {
     seen: Seen,
 }
 
 impl TransportGear for RecordingGear {
-    fn choose(&mut self, origin: &str, _now: Instant) -> (TransportPref, String) {
-        (TransportPref::H1, format!("test gear for {origin}"))
+    fn choose(&mut self, origin: &str, _now: Instant) -> Decision<TransportChoice> {
+        Decision::new(TransportChoice::Tcp, format!("test gear for {origin}")).with_id(DecisionId(41))
     }
 
     fn observe(&mut self, record: &ClientRecord, _now: Instant) {
         self.seen
             .lock()
             .unwrap()
-            .push((record.protocol.to_string(), record.decision.clone()));
+            .push((record.protocol.to_string(), record.decision.clone(), record.decision_id));
     }
 }
 
@@ -276,9 +277,10 @@ async fn auto_requests_ask_the_gear_and_every_request_is_observed() {
             .request(Request::get(&url, TransportPref::Auto))
             .await
             .expect("auto");
-        assert_eq!(auto.record.protocol, Protocol::H1);
+        assert_eq!(auto.record.protocol, Protocol::H2);
         let expected = format!("test gear for 127.0.0.1:{}", server.port);
         assert_eq!(auto.record.decision.as_deref(), Some(expected.as_str()));
+        assert_eq!(auto.record.decision_id, Some(DecisionId(41)), "the gear's id is echoed");
         client
             .request(Request::get(&url, TransportPref::Tcp))
             .await
@@ -286,7 +288,10 @@ async fn auto_requests_ask_the_gear_and_every_request_is_observed() {
         let seen = seen.lock().unwrap().clone();
         assert_eq!(
             seen,
-            vec![("h1".into(), Some(expected)), ("h2".into(), Some("fixed:tcp".into()))]
+            vec![
+                ("h2".into(), Some(expected), Some(DecisionId(41))),
+                ("h2".into(), Some("fixed:tcp".into()), None)
+            ]
         );
     })
     .await;

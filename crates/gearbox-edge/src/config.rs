@@ -47,7 +47,7 @@ pub struct EdgeConfig {
     /// Bound on a TLS or QUIC handshake, milliseconds.
     pub handshake_timeout_ms: u64,
     /// Added server processing time of every request served over TCP (h1, h2),
-    /// milliseconds: a changed server implementation for seeds/000 §IV-D's
+    /// milliseconds: a changed server implementation for WiseTrans §IV-D's
     /// generalisation test (Fig. 11). 0 in normal use.
     pub tcp_processing_ms: u64,
     /// The same for requests served over QUIC (h3).

@@ -4,9 +4,9 @@
 //!
 //! Every request leaves one [`EdgeRecord`](gearbox_dataplane::telemetry::EdgeRecord)
 //! with the server time until its last byte was acknowledged and a snapshot of the
-//! connection's transport state. New connections ask a [`ConnectionPolicy`] for
-//! their congestion controller and initial window: the hook where the Floo and
-//! TCP WISE gears plug in (DESIGN.md "Data plane").
+//! connection's transport state. New connections ask the [`ConnectionGears`] for
+//! their congestion controller and initial window: the decision points where the Floo
+//! and TCP WISE gears plug in (docs/architecture.md, "The parts").
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,7 +32,7 @@ mod tcp;
 
 pub use config::{ConfigError, EdgeConfig};
 pub use metrics::Metrics;
-pub use policy::{ConnectionPolicy, QuicChoice, StaticPolicy};
+pub use policy::{ConnectionGears, QuicChoice, StaticCca, StaticInitialWindow};
 
 /// How long in-flight requests get to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -83,8 +83,8 @@ pub struct Shared {
     pub telemetry: TelemetrySink,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// Per-connection choices.
-    pub policy: Arc<dyn ConnectionPolicy>,
+    /// Per-connection gears.
+    pub gears: ConnectionGears,
     /// Reverse proxy, when an upstream is configured.
     pub proxy: Option<service::Proxy>,
     /// `Alt-Svc` value sent on TCP responses.
@@ -144,7 +144,7 @@ pub struct Edge {
 impl Edge {
     /// Validates the config, loads the certificate and binds every listener.
     /// Must be called inside a tokio runtime.
-    pub async fn bind(config: EdgeConfig, policy: Arc<dyn ConnectionPolicy>) -> Result<Edge, EdgeError> {
+    pub async fn bind(config: EdgeConfig, gears: ConnectionGears) -> Result<Edge, EdgeError> {
         config.validate()?;
         let certs = tls::load_certs(&config.cert)?;
         let key = tls::load_key(&config.key)?;
@@ -179,7 +179,11 @@ impl Edge {
             None => TelemetrySink::disabled(),
         };
         let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
-        let default_choice = policy.quic(quic_addr, std::time::SystemTime::now());
+        // Every accepted connection gets its own gears' config; this one is never used.
+        let default_choice = QuicChoice {
+            cc: config.cc,
+            initial_window_packets: config.initial_window,
+        };
         let quic = gearbox_dataplane::transport::quic_endpoint(
             quic_addr,
             Some(quic_server_config(
@@ -199,7 +203,7 @@ impl Edge {
             config,
             telemetry,
             metrics: Arc::new(Metrics::default()),
-            policy,
+            gears,
             proxy,
             next_conn_id: AtomicU64::new(1),
             tls_tcp: tokio_rustls::TlsAcceptor::from(Arc::new(tcp_tls)),

@@ -1,11 +1,22 @@
-//! Per-connection hooks: which congestion controller and initial window a new
-//! connection gets. The Floo (seed 001 §3) and TCP WISE (seed 003 §III) gears
-//! plug in here; today the only implementation is the static one from the flags.
+//! Per-connection gears: which congestion controller and initial window a new
+//! connection gets, asked at accept before any data is sent.
+//!
+//! The decision points are the gear shape's own (`gearbox-gear-api`): a [`CcaGear`]
+//! (Floo §3.1) and an [`InitialWindowGear`] (TCP WISE §IV-A), each told the
+//! [`AcceptedConnection`] (client address, its /24 × hour cluster, the transport). The
+//! edge depends on that small crate only, so a gear built for the edge brings neither the
+//! client library nor its HTTP/3 stack with it. This module maps the gears' stack-neutral
+//! answers onto quinn's controllers and the kernel's `TCP_CONGESTION`, and holds the
+//! static baseline the `--cc`, `--tcp-cc` and `--initial-window` flags describe.
+//!
+//! The gears are `&mut` objects (they keep state per cluster or connection) behind one
+//! lock each; an accept holds it for one `choose`, microseconds against a handshake.
 
-use std::net::SocketAddr;
-use std::time::SystemTime;
+use std::sync::Mutex;
+use std::time::Instant;
 
 use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_gear_api::{AcceptedConnection, Cca, CcaGear, Decision, EdgeRecord, InitialWindowGear, Transport};
 
 /// What a QUIC connection runs, chosen when it is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -16,44 +27,206 @@ pub struct QuicChoice {
     pub initial_window_packets: Option<u32>,
 }
 
-/// Decides per connection, from the client's address and the time of arrival
-/// (TCP WISE clusters clients by /24 prefix and hour of day).
-pub trait ConnectionPolicy: Send + Sync + 'static {
-    /// Controller and initial window of a new QUIC connection; applied through
-    /// `quinn::Incoming::accept_with`.
-    fn quic(&self, client: SocketAddr, now: SystemTime) -> QuicChoice;
-    /// Kernel congestion control of a new TCP connection (None: the system default),
-    /// applied with `TCP_CONGESTION` on the accepted socket before any data is sent.
-    fn tcp(&self, client: SocketAddr, now: SystemTime) -> Option<TcpCc>;
+/// The gears the edge asks at every accept.
+pub struct ConnectionGears {
+    cca: Mutex<Box<dyn CcaGear>>,
+    initial_window: Mutex<Box<dyn InitialWindowGear>>,
 }
 
-/// The same choice for every connection (the `--cc`, `--initial-window`, `--tcp-cc` flags).
-#[derive(Debug, Clone)]
-pub struct StaticPolicy {
-    /// QUIC choice for everyone.
-    pub quic: QuicChoice,
-    /// TCP controller for everyone.
-    pub tcp: Option<TcpCc>,
-}
-
-impl StaticPolicy {
-    /// The choice the configuration's `cc`, `initial_window` and `tcp_cc` describe.
-    pub fn from_config(config: &crate::EdgeConfig) -> Self {
-        StaticPolicy {
-            quic: QuicChoice {
-                cc: config.cc,
-                initial_window_packets: config.initial_window,
-            },
-            tcp: config.tcp_cc,
+impl ConnectionGears {
+    /// The edge asks `cca` for every connection's controller and `initial_window` for its
+    /// initial window.
+    pub fn new(cca: Box<dyn CcaGear>, initial_window: Box<dyn InitialWindowGear>) -> Self {
+        ConnectionGears {
+            cca: Mutex::new(cca),
+            initial_window: Mutex::new(initial_window),
         }
     }
+
+    /// The static choice the configuration's `cc`, `tcp_cc` and `initial_window` describe.
+    pub fn from_config(config: &crate::EdgeConfig) -> Self {
+        ConnectionGears::new(
+            Box::new(StaticCca {
+                quic: cca_of_quic(config.cc),
+                tcp: config.tcp_cc.map(cca_of_tcp),
+            }),
+            Box::new(StaticInitialWindow {
+                quic_packets: config.initial_window,
+            }),
+        )
+    }
+
+    fn ask_cca(&self, conn: &AcceptedConnection) -> Decision<Option<Cca>> {
+        let d = self
+            .cca
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .choose(conn, Instant::now());
+        tracing::debug!(conn_id = conn.conn_id, cca = ?d.choice, reason = %d.reason, "congestion control chosen");
+        d
+    }
+
+    fn ask_initial_window(&self, conn: &AcceptedConnection) -> Decision<Option<u32>> {
+        let d = self
+            .initial_window
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .choose(conn, Instant::now());
+        tracing::debug!(conn_id = conn.conn_id, packets = ?d.choice, reason = %d.reason, "initial window chosen");
+        d
+    }
+
+    /// Controller and initial window of a new QUIC connection, applied through
+    /// `quinn::Incoming::accept_with`. No controller named: quinn's default (Cubic).
+    pub(crate) fn quic(&self, conn: &AcceptedConnection) -> QuicChoice {
+        QuicChoice {
+            cc: self.ask_cca(conn).choice.map_or(QuicCc::Cubic, quic_cc),
+            initial_window_packets: self.ask_initial_window(conn).choice,
+        }
+    }
+
+    /// Kernel congestion control of a new TCP connection (None: the system default),
+    /// applied with `TCP_CONGESTION` on the accepted socket before any data is sent.
+    ///
+    /// A TCP initial window is asked for too, so the gear sees every connection, but not
+    /// applied: setting it per connection needs the `sock_ops` hook (`TCP_BPF_IW`),
+    /// which the edge does not load yet.
+    pub(crate) fn tcp(&self, conn: &AcceptedConnection) -> Option<TcpCc> {
+        let cc = self.ask_cca(conn).choice.map(tcp_cc);
+        if let Some(packets) = self.ask_initial_window(conn).choice {
+            tracing::debug!(
+                conn_id = conn.conn_id,
+                packets,
+                "TCP initial window not applied (no sock_ops hook)"
+            );
+        }
+        cc
+    }
 }
 
-impl ConnectionPolicy for StaticPolicy {
-    fn quic(&self, _client: SocketAddr, _now: SystemTime) -> QuicChoice {
-        self.quic.clone()
+/// The same controller for every connection of a transport (the `--cc` and `--tcp-cc`
+/// flags): the static baselines every learned choice is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticCca {
+    /// Controller of every QUIC connection.
+    pub quic: Cca,
+    /// Controller of every TCP connection (None: the kernel's default).
+    pub tcp: Option<Cca>,
+}
+
+impl CcaGear for StaticCca {
+    fn choose(&mut self, conn: &AcceptedConnection, _now: Instant) -> Decision<Option<Cca>> {
+        let choice = match conn.transport {
+            Transport::Quic => Some(self.quic),
+            Transport::Tcp => self.tcp,
+        };
+        let name = choice.map_or("default", Cca::name);
+        Decision::new(choice, format!("static:{name}"))
     }
-    fn tcp(&self, _client: SocketAddr, _now: SystemTime) -> Option<TcpCc> {
-        self.tcp
+
+    fn observe(&mut self, _record: &EdgeRecord, _now: Instant) {}
+}
+
+/// The same initial window for every QUIC connection (the `--initial-window` flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticInitialWindow {
+    /// Initial window of every QUIC connection, packets (None: RFC 9002's default).
+    pub quic_packets: Option<u32>,
+}
+
+impl InitialWindowGear for StaticInitialWindow {
+    fn choose(&mut self, conn: &AcceptedConnection, _now: Instant) -> Decision<Option<u32>> {
+        let choice = match conn.transport {
+            Transport::Quic => self.quic_packets,
+            Transport::Tcp => None,
+        };
+        match choice {
+            Some(p) => Decision::new(choice, format!("static:{p}")),
+            None => Decision::new(None, "static:default"),
+        }
+    }
+
+    fn observe(&mut self, _record: &EdgeRecord, _now: Instant) {}
+}
+
+/// quinn's controller for an algorithm.
+fn quic_cc(c: Cca) -> QuicCc {
+    match c {
+        Cca::NewReno => QuicCc::NewReno,
+        Cca::Cubic => QuicCc::Cubic,
+        Cca::Bbr => QuicCc::Bbr,
+    }
+}
+
+/// The kernel's controller for an algorithm.
+fn tcp_cc(c: Cca) -> TcpCc {
+    match c {
+        Cca::NewReno => TcpCc::Reno,
+        Cca::Cubic => TcpCc::Cubic,
+        Cca::Bbr => TcpCc::Bbr,
+    }
+}
+
+/// The algorithm a quinn controller runs.
+fn cca_of_quic(c: QuicCc) -> Cca {
+    match c {
+        QuicCc::NewReno => Cca::NewReno,
+        QuicCc::Cubic => Cca::Cubic,
+        QuicCc::Bbr => Cca::Bbr,
+    }
+}
+
+/// The algorithm a kernel controller runs.
+fn cca_of_tcp(c: TcpCc) -> Cca {
+    match c {
+        TcpCc::Reno => Cca::NewReno,
+        TcpCc::Cubic => Cca::Cubic,
+        TcpCc::Bbr => Cca::Bbr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(transport: Transport) -> AcceptedConnection {
+        AcceptedConnection::new(1, "192.0.2.7:40000".parse().unwrap(), transport, 0.0)
+    }
+
+    #[test]
+    fn the_flags_choose_per_transport_and_reach_each_stack_by_its_own_name() {
+        let config = crate::EdgeConfig {
+            cc: QuicCc::Bbr,
+            tcp_cc: Some(TcpCc::Reno),
+            initial_window: Some(32),
+            ..crate::EdgeConfig::default()
+        };
+        let gears = ConnectionGears::from_config(&config);
+        assert_eq!(
+            gears.quic(&conn(Transport::Quic)),
+            QuicChoice {
+                cc: QuicCc::Bbr,
+                initial_window_packets: Some(32)
+            }
+        );
+        assert_eq!(gears.tcp(&conn(Transport::Tcp)), Some(TcpCc::Reno));
+    }
+
+    #[test]
+    fn without_tcp_flags_tcp_keeps_the_kernel_default() {
+        let gears = ConnectionGears::from_config(&crate::EdgeConfig::default());
+        assert_eq!(gears.tcp(&conn(Transport::Tcp)), None);
+        let mut iw = StaticInitialWindow { quic_packets: Some(10) };
+        assert_eq!(iw.choose(&conn(Transport::Tcp), Instant::now()).choice, None);
+        assert_eq!(iw.choose(&conn(Transport::Quic), Instant::now()).reason, "static:10");
+    }
+
+    #[test]
+    fn every_algorithm_maps_to_both_stacks_and_back() {
+        for c in Cca::ALL {
+            assert_eq!(cca_of_quic(quic_cc(c)), c);
+            assert_eq!(cca_of_tcp(tcp_cc(c)), c);
+            assert_eq!(quic_cc(c).name(), c.name());
+        }
     }
 }

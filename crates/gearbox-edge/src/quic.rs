@@ -4,11 +4,12 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::transport;
+use gearbox_gear_api::{AcceptedConnection, Transport};
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
@@ -75,9 +76,10 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
             },
         };
         let peer = incoming.remote_address();
-        let choice = shared.policy.quic(peer, SystemTime::now());
-        let config = shared.quic_config(&choice);
         let id = shared.conn_id();
+        let accepted = AcceptedConnection::new(id, peer, Transport::Quic, unix_ms_now());
+        let choice = shared.gears.quic(&accepted);
+        let config = shared.quic_config(&choice);
         match incoming.accept_with(config) {
             Ok(connecting) => {
                 let shared2 = shared.clone();

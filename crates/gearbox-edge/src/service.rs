@@ -306,7 +306,7 @@ fn text(status: StatusCode, msg: String) -> Response<EdgeBody> {
 }
 
 /// Waits `ms` before a request is served: `tcp_processing_ms` / `quic_processing_ms`,
-/// a server made slower on one protocol (seeds/000 §IV-D, Fig. 11's changed implementation).
+/// a server made slower on one protocol (WiseTrans §IV-D, Fig. 11's changed implementation).
 pub async fn added_processing(ms: u64) {
     if ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

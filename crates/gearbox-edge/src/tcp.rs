@@ -3,10 +3,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::transport;
+use gearbox_gear_api::{AcceptedConnection, Transport};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio_util::sync::CancellationToken;
@@ -87,7 +88,8 @@ async fn connection(
 ) {
     let id = shared.conn_id();
     let sref = socket2::SockRef::from(&stream);
-    if let Some(cc) = shared.policy.tcp(peer, SystemTime::now()) {
+    let accepted = AcceptedConnection::new(id, peer, Transport::Tcp, unix_ms_now());
+    if let Some(cc) = shared.gears.tcp(&accepted) {
         if let Err(e) = cc.apply(&sref) {
             tracing::warn!(cc = %cc, error = %e, "cannot set TCP congestion control; keeping the system default");
         }

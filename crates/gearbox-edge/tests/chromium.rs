@@ -14,11 +14,10 @@
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use serde_json::Value;
 
 /// Liveness bound on one browser run (not a performance check).
@@ -87,8 +86,8 @@ async fn start_edge() -> Running {
         telemetry: Some(dir.path().join("edge.jsonl")),
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy::from_config(&config));
-    let edge = Edge::bind(config, policy).await.expect("edge binds");
+    let gears = ConnectionGears::from_config(&config);
+    let edge = Edge::bind(config, gears).await.expect("edge binds");
     let (port, quic_port) = (edge.tcp_addr().port(), edge.quic_addr().port());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(edge.serve(async move {

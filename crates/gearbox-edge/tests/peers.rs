@@ -4,11 +4,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_edge::{Edge, EdgeConfig, StaticPolicy};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -69,8 +68,8 @@ async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
         ..EdgeConfig::default()
     };
     tweak(&mut config);
-    let policy = Arc::new(StaticPolicy::from_config(&config));
-    let edge = Edge::bind(config, policy).await.expect("edge binds");
+    let gears = ConnectionGears::from_config(&config);
+    let edge = Edge::bind(config, gears).await.expect("edge binds");
     let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(edge.serve(async move {
@@ -260,8 +259,8 @@ async fn a_port_in_use_is_reported_as_such() {
         key,
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy::from_config(&config));
-    let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
+    let gears = ConnectionGears::from_config(&config);
+    let err = Edge::bind(config, gears).await.err().expect("bind fails").to_string();
     assert!(err.contains("already in use"), "{err}");
 }
 
@@ -271,8 +270,8 @@ async fn a_missing_certificate_names_the_file() {
         cert: "/nonexistent/cert.pem".into(),
         ..EdgeConfig::default()
     };
-    let policy = Arc::new(StaticPolicy::from_config(&config));
-    let err = Edge::bind(config, policy).await.err().expect("bind fails").to_string();
+    let gears = ConnectionGears::from_config(&config);
+    let err = Edge::bind(config, gears).await.err().expect("bind fails").to_string();
     assert!(err.contains("/nonexistent/cert.pem"), "{err}");
 }
 
@@ -374,7 +373,7 @@ async fn shutdown_does_not_wait_for_an_idle_http3_client_to_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_processing_time_slows_only_the_protocol_it_is_set_for() {
-    // A server made slower on QUIC (seeds/000 §IV-D's changed implementation): the h3
+    // A server made slower on QUIC (WiseTrans §IV-D's changed implementation): the h3
     // request takes the added 1.5 s at least, the h2 request far less. (The edge's
     // `server_time_ms` starts at the first response byte, so the clients time it.)
     let edge = start(|c| c.quic_processing_ms = 1500).await;

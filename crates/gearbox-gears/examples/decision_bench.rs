@@ -15,8 +15,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gearbox_client::{ClientRecord, Protocol, TransportGear};
-use gearbox_dataplane::telemetry::{Side, TransportSnapshot, SCHEMA_VERSION};
+use gearbox_gear_api::{
+    ClientRecord, DecisionId, Protocol, Side, TransportChoice, TransportGear, TransportSnapshot, SCHEMA_VERSION,
+};
 use gearbox_gears::transport::{
     FeatureExtractor, NetworkMonitor, Transport, TransportConfig, Version, WiseTrans, QUIC_FEATURES, TCP_FEATURES,
 };
@@ -70,6 +71,7 @@ fn record(rng: &mut SplitMix64, i: u64, protocol: Protocol) -> ClientRecord {
             ..TransportSnapshot::default()
         }),
         decision: None,
+        decision_id: None,
         click: None,
         error: None,
     }
@@ -95,21 +97,24 @@ fn main() -> std::io::Result<()> {
         let mut protocol = Protocol::H2;
         let mut ns = Vec::with_capacity(iterations);
         let mut decision = String::new();
+        let mut decision_id: Option<DecisionId> = None;
         for i in 0..iterations as u64 {
             // Requests finish 5 ms apart: the 10 s window is full (capped at 256).
             let now = t0 + Duration::from_millis(5 * i);
             let mut r = record(&mut rng, i, protocol);
             r.decision = Some(std::mem::take(&mut decision));
+            r.decision_id = decision_id.take();
             let start = Instant::now();
             gear.observe(&r, now);
-            let (pref, why) = gear.choose(origin, now);
+            let d = gear.choose(origin, now);
             ns.push(start.elapsed().as_nanos() as u64);
-            protocol = if pref.name() == "quic" {
+            protocol = if d.choice == TransportChoice::Quic {
                 Protocol::H3
             } else {
                 Protocol::H2
             };
-            decision = why;
+            decision = d.reason;
+            decision_id = d.id;
         }
         let (p50, p99) = percentiles(ns);
         println!(

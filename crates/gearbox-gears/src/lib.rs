@@ -1,11 +1,11 @@
 //! # gearbox-gears — the gears, as sans-IO decision objects
 //!
 //! Every gear is a small object that is told what happened and asked for a choice,
-//! given `now` (DESIGN.md, "The gear shape"). The data plane, the emulator and the
+//! given `now` (docs/architecture.md, "The gear shape"). The data plane, the emulator and the
 //! simulator all drive them the same way, and tests drive them with invented time and
 //! records.
 //!
-//! - [`transport`]: TCP or QUIC per request on the client — WiseTrans (seed 000) v1
+//! - [`transport`]: TCP or QUIC per request on the client — WiseTrans v1
 //!   and v2, with the static, strawman and Chromium-race baselines.
 
 pub mod transport;

@@ -1,4 +1,4 @@
-//! The Feature Extractor (seed 000, §III-B, Table I).
+//! The Feature Extractor (WiseTrans §III-B, Table I).
 //!
 //! Per protocol, over a sliding time window of the client's own finished requests, the
 //! seven features of Table I. They describe not only the network (loss, RTT, goodput)
@@ -32,7 +32,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use gearbox_client::ClientRecord;
+use gearbox_gear_api::ClientRecord;
 
 use super::Transport;
 
@@ -356,7 +356,7 @@ impl FeatureExtractor {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gearbox_dataplane::telemetry::{Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
+    use gearbox_gear_api::{Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 
     /// A successful record of `bytes` on connection `conn` with the given times.
     pub(crate) fn record(protocol: Protocol, rct_ms: f64, ttfb_ms: f64, bytes: u64, conn: u64) -> ClientRecord {
@@ -378,6 +378,7 @@ pub(crate) mod tests {
             handshake_ms: None,
             transport: None,
             decision: None,
+            decision_id: None,
             click: None,
             error: None,
         }

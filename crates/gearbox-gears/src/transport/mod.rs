@@ -1,6 +1,6 @@
 //! The transport gear: TCP or QUIC for each request, decided on the client.
 //!
-//! WiseTrans (seed 000, §III) is four parts, each its own file here and each a sans-IO
+//! WiseTrans (§III) is four parts, each its own file here and each a sans-IO
 //! object that takes `now`:
 //!
 //! - [`features`]: the Feature Extractor (§III-B, Table I), per protocol over a sliding
@@ -15,8 +15,9 @@
 //!
 //! [`wisetrans::WiseTrans`] puts them together as WiseTrans-v1 (the monitor's output
 //! decides directly, §IV-A1) or WiseTrans-v2 (the monitor's score change triggers live
-//! experiments, §IV-A2). Baselines sit beside it (DESIGN.md principle 3): [`Static`]
-//! (TCP-only, QUIC-only), [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
+//! experiments, §IV-A2). Baselines sit beside it (docs/architecture.md, principle 3
+//! "Baselines and an oracle for every decision"): [`Static`] (TCP-only, QUIC-only),
+//! [`strawman::Strawman`] (§IV-E1, a linear boundary over RTT,
 //! bandwidth and loss), `mlp` (WiseTrans-v1 with the monitor's XGBoost models replaced by
 //! Table II's 128-64 MLP, §IV-E2, [`WiseTrans::mlp`]) and [`race::Race`] (what Chromium
 //! does: race QUIC against TCP).
@@ -49,8 +50,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use gearbox_client::{ClientRecord, Protocol, StaticTransport, TransportGear, TransportPref};
+use gearbox_gear_api::{ClientRecord, Decision, TransportChoice, TransportGear};
 use serde::{Deserialize, Serialize};
+
+/// The two transports WiseTrans chooses between (defined with the gear shape, since the
+/// client and the simulator name them too).
+pub use gearbox_gear_api::Transport;
 
 pub use features::{FeatureExtractor, Features, FEATURE_NAMES, QUIC_FEATURES, TCP_FEATURES};
 pub use monitor::{NetworkMonitor, MLP_PREFIX};
@@ -59,49 +64,6 @@ pub use race::Race;
 pub use rollback::{RollbackChecker, Verdict};
 pub use strawman::{Strawman, StrawmanCoefficients};
 pub use wisetrans::{Version, WiseTrans};
-
-/// The two transports WiseTrans chooses between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// TLS over kernel TCP (HTTP/2, or HTTP/1.1 where the server only speaks that).
-    Tcp,
-    /// QUIC (HTTP/3).
-    Quic,
-}
-
-impl Transport {
-    /// The other one.
-    pub fn other(self) -> Self {
-        match self {
-            Transport::Tcp => Transport::Quic,
-            Transport::Quic => Transport::Tcp,
-        }
-    }
-
-    /// What the client is asked for.
-    pub fn pref(self) -> TransportPref {
-        match self {
-            Transport::Tcp => TransportPref::Tcp,
-            Transport::Quic => TransportPref::Quic,
-        }
-    }
-
-    /// `tcp` or `quic`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Tcp => "tcp",
-            Transport::Quic => "quic",
-        }
-    }
-
-    /// The transport a record's protocol travelled on.
-    pub fn of(protocol: Protocol) -> Self {
-        match protocol {
-            Protocol::H1 | Protocol::H2 => Transport::Tcp,
-            Protocol::H3 => Transport::Quic,
-        }
-    }
-}
 
 /// Which transport gear, by its name on the command line and in decision strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -125,7 +87,7 @@ pub enum Mode {
     /// footnote 4): `mlp-tcp.json`, `mlp-quic.json`.
     #[serde(rename = "mlp")]
     Mlp,
-    /// Chromium-style racing (the client's `TransportPref::Race`).
+    /// Chromium-style racing ([`TransportChoice::Race`]).
     #[serde(rename = "race")]
     Race,
 }
@@ -182,13 +144,13 @@ impl std::str::FromStr for Mode {
 }
 
 /// Settings of the transport gears. Every duration is in milliseconds (the unit is in
-/// the name); defaults are the seed's values where it gives one, and otherwise the
+/// the name); defaults are the paper's values where it gives one, and otherwise the
 /// choice documented on the field. Loads from TOML or JSON with unknown fields refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransportConfig {
-    /// Sliding window of the Feature Extractor, ms. The seed gives no number for
-    /// Table I's "time window"; 10 s is the seed's one stated time scale over which
+    /// Sliding window of the Feature Extractor, ms. The paper gives no number for
+    /// Table I's "time window"; 10 s is the paper's one stated time scale over which
     /// request performance is compared (the Rollback Checker's interval, §IV-E4), and
     /// covers several click bursts (13.5 requests in about 1.5 s, §III-D).
     pub window_ms: u64,
@@ -206,13 +168,13 @@ pub struct TransportConfig {
     /// judged; while a rollback check runs the switch is held for the whole check.
     pub min_dwell_ms: u64,
     /// WiseTrans-v2 explores when |score - score after the last exploration| exceeds
-    /// this (§III-D "exceeds a threshold we set"; the seed gives no value). 0.3 on a
+    /// this (§III-D "exceeds a threshold we set"; the paper gives no value). 0.3 on a
     /// probability: a change that moves a confident 0.2 past the 0.5 boundary.
     pub explore_score_delta: f64,
     /// Score-triggered explorations are at least this far apart, ms (bounded
-    /// exploration, DESIGN.md principle 6): a jump seen sooner waits and explores on the
-    /// first request after the interval. New-origin and path-change explorations are
-    /// not held back.
+    /// exploration, docs/architecture.md principle 6 "Safe by default"): a jump seen
+    /// sooner waits and explores on the first request after the interval. New-origin and
+    /// path-change explorations are not held back.
     pub min_explore_interval_ms: u64,
     /// An exploration whose six probe requests (and extras, see `probe_balance`) have
     /// not all finished after this long is abandoned (the last selected protocol
@@ -222,10 +184,10 @@ pub struct TransportConfig {
     /// runs continue the TCP/QUIC alternation as the exploration's extras
     /// (`why=probe-extra`), and the outcome waits for them and counts them (gearbox's
     /// addition to §III-D, see [`probe`]). Why: a click issues ~13.5 requests at once;
-    /// under the seed's rule the six slots are the front of the burst and the rest all
+    /// under the paper's rule the six slots are the front of the burst and the rest all
     /// ride on the last selected protocol, whose probes are then slowed by that extra
     /// load while no probe sees the back of the queue (in the lab v2 picked TCP where
-    /// QUIC-only was 3x faster). `false` is the seed's rule to the letter: those
+    /// QUIC-only was 3x faster). `false` is the paper's rule to the letter: those
     /// requests use the last selected protocol (`why=probe-wait`).
     pub probe_balance: bool,
     /// With `probe_balance`, at most this many extras per exploration; later requests
@@ -259,9 +221,9 @@ pub struct TransportConfig {
     /// over twice as long (gearbox's addition to §III-E, [`rollback`]). Why: the checker
     /// compares the old protocol *before* the switch with the new one *after* it, so on
     /// a path that worsens after the switch it blames the protocol for the path. Measured
-    /// (docs/wisetrans.md, three evaluations): faster than the seed's rule where paths
+    /// (docs/wisetrans.md, three evaluations): faster than the paper's rule where paths
     /// change under a right choice (`plain`), slower where the new protocol itself broke
-    /// (`udp`, a UDP policer). `false` is the seed's rule: go back at once.
+    /// (`udp`, a UDP policer). `false` is the paper's rule: go back at once.
     pub rollback_verify: bool,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
@@ -429,7 +391,7 @@ pub struct Reason<'a> {
     /// strawman: P(QUIC is better)), or none.
     pub score: Option<f64>,
     /// What was chosen.
-    pub choice: TransportPref,
+    pub choice: TransportChoice,
     /// Why, in a word or two (`stay`, `switch`, `probe-3of6`, ...).
     pub why: &'a str,
     /// Further `key=value` pairs.
@@ -472,11 +434,11 @@ pub fn decision_field<'a>(decision: &'a str, key: &str) -> Option<&'a str> {
     parts.find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
 }
 
-/// The static baselines (TCP-only, QUIC-only), reusing the client's
-/// [`StaticTransport`], with reasons in the gear's decision format.
+/// The static baselines (TCP-only, QUIC-only), with reasons in the gear's decision
+/// format.
 #[derive(Debug, Clone)]
 pub struct Static {
-    inner: StaticTransport,
+    transport: Transport,
     mode: Mode,
 }
 
@@ -487,30 +449,25 @@ impl Static {
             Transport::Tcp => Mode::Tcp,
             Transport::Quic => Mode::Quic,
         };
-        Static {
-            inner: StaticTransport::new(transport.pref()),
-            mode,
-        }
+        Static { transport, mode }
     }
 }
 
 impl TransportGear for Static {
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
-        let (pref, _) = self.inner.choose(origin, now);
+    fn choose(&mut self, _origin: &str, _now: Instant) -> Decision<TransportChoice> {
+        let choice = TransportChoice::from(self.transport);
         let reason = Reason {
             mode: self.mode.name(),
             phase: "static",
             score: None,
-            choice: pref,
+            choice,
             why: "static",
             extra: &[],
         };
-        (pref, reason.render())
+        Decision::new(choice, reason.render())
     }
 
-    fn observe(&mut self, record: &ClientRecord, now: Instant) {
-        self.inner.observe(record, now);
-    }
+    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 /// The transport gear for `mode`. `model_dir` holds the WiseTrans models (`tcp.json`,
@@ -534,6 +491,7 @@ pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportCon
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gearbox_gear_api::Protocol;
 
     #[test]
     fn a_gear_config_file_sets_fields_keeps_defaults_and_names_bad_ones() {
@@ -589,7 +547,7 @@ mod tests {
             mode: "wisetrans-v2",
             phase: "probe",
             score: Some(0.7333),
-            choice: TransportPref::Quic,
+            choice: TransportChoice::Quic,
             why: "probe-4of6",
             extra: &[("ex", "2"), ("detail", "a;b=c")],
         }
@@ -606,7 +564,7 @@ mod tests {
             mode: "tcp",
             phase: "static",
             score: None,
-            choice: TransportPref::Tcp,
+            choice: TransportChoice::Tcp,
             why: "static",
             extra: &[],
         }
@@ -637,8 +595,9 @@ mod tests {
     #[test]
     fn static_gears_say_static() {
         let mut g = transport_gear(Mode::Quic, None, TransportConfig::default());
-        let (p, why) = g.choose("a:443", Instant::now());
-        assert_eq!(p, TransportPref::Quic);
-        assert_eq!(why, "quic;phase=static;score=-;choice=quic;why=static");
+        let d = g.choose("a:443", Instant::now());
+        assert_eq!(d.choice, TransportChoice::Quic);
+        assert_eq!(d.reason, "quic;phase=static;score=-;choice=quic;why=static");
+        assert_eq!(d.id, None);
     }
 }

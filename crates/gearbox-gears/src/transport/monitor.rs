@@ -1,4 +1,4 @@
-//! The Network Monitor (seed 000, §III-C, §IV-B1): two XGBoost models, one per current
+//! The Network Monitor (WiseTrans §III-C, §IV-B1): two XGBoost models, one per current
 //! protocol, scoring the current protocol's window.
 //!
 //! Files, in the model directory: `tcp.json` + `tcp.meta.json` (used while requests go

@@ -1,9 +1,9 @@
-//! The Probe Agent (seed 000, §III-D): live experiments with the application's own
+//! The Probe Agent (WiseTrans §III-D): live experiments with the application's own
 //! requests.
 //!
 //! An exploration hands out six probe slots, alternately TCP and QUIC starting with TCP
 //! (Fig. 6: TCP, QUIC, TCP, QUIC, TCP, QUIC), one per request the application issues.
-//! In the seed's rule, requests issued after the sixth slot and before the sixth result
+//! In the paper's rule, requests issued after the sixth slot and before the sixth result
 //! use the last selected protocol. When all six have finished, each protocol's three
 //! costs (RCT normalised for response size, see [`super::request_cost`]) are reduced to
 //! the mean of the two most similar ([`two_most_similar_mean`]: three each rather than
@@ -13,7 +13,7 @@
 //! requests.
 //!
 //! **Extras (gearbox's addition, `TransportConfig::probe_balance`, on by default).** A
-//! click issues about 13.5 requests at once (§III-D). Under the seed's rule the six
+//! click issues about 13.5 requests at once (§III-D). Under the paper's rule the six
 //! slots are the front of that burst and the other seven or so all ride on the last
 //! selected protocol: that protocol's connection carries its three slots plus the whole
 //! tail, so its probes are slowed by load the other protocol does not carry, and no
@@ -22,10 +22,10 @@
 //! quic:40.6, on a path where QUIC-only was 3x faster). With extras, requests issued
 //! after the sixth slot while the exploration runs continue the alternation (the 7th
 //! TCP, the 8th QUIC, ...), up to `max_extra` of them; later ones use the last selected
-//! protocol as in the seed. The outcome waits for the six slots and every extra handed
+//! protocol as in the paper. The outcome waits for the six slots and every extra handed
 //! out, and each protocol's value is [`trimmed_mean_drop_farthest`] of all its costs
-//! (for three costs exactly the seed's two-most-similar mean). `max_extra = 0` is the
-//! seed's rule to the letter. The rejected alternative, more slots per protocol, would
+//! (for three costs exactly the paper's two-most-similar mean). `max_extra = 0` is the
+//! paper's rule to the letter. The rejected alternative, more slots per protocol, would
 //! still leave the burst's tail on one protocol.
 //!
 //! A slot is linked to its result through the decision string the client copies into
@@ -109,7 +109,7 @@ pub struct Outcome {
     pub tcp_costs: [f64; PROBES_PER_PROTOCOL],
     /// QUIC's three.
     pub quic_costs: [f64; PROBES_PER_PROTOCOL],
-    /// TCP's extras' raw costs, extra order (empty under the seed's rule).
+    /// TCP's extras' raw costs, extra order (empty under the paper's rule).
     pub tcp_extra_costs: Vec<f64>,
     /// QUIC's extras' raw costs.
     pub quic_extra_costs: Vec<f64>,
@@ -153,7 +153,7 @@ pub struct ProbeAgent {
     current: Option<Exploration>,
     next_id: u64,
     timeout: Duration,
-    /// Most extras per exploration (0: the seed's rule).
+    /// Most extras per exploration (0: the paper's rule).
     max_extra: usize,
 }
 
@@ -173,7 +173,7 @@ pub fn extra_transport(extra: usize) -> Transport {
 }
 
 impl ProbeAgent {
-    /// An idle agent following the seed's rule (no extras); an exploration not finished
+    /// An idle agent following the paper's rule (no extras); an exploration not finished
     /// after `timeout` is abandoned.
     pub fn new(timeout: Duration) -> Self {
         Self::with_extras(timeout, 0)
@@ -482,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn dropping_the_farthest_from_the_median_is_the_seeds_rule_for_three_values() {
+    fn dropping_the_farthest_from_the_median_is_the_papers_rule_for_three_values() {
         let threes = [
             [100.0, 104.0, 300.0],
             [300.0, 100.0, 104.0],
@@ -601,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn without_extras_handed_out_the_outcome_is_the_seeds() {
+    fn without_extras_handed_out_the_outcome_is_the_papers() {
         let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
         let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
         for _ in 0..PROBE_SLOTS {

@@ -1,4 +1,4 @@
-//! The Rollback Checker (seed 000, §III-E, §IV-E4): after a switch, compare the
+//! The Rollback Checker (WiseTrans §III-E, §IV-E4): after a switch, compare the
 //! requests over an interval before and after it, and go back on a significant
 //! deterioration.
 //!
@@ -31,7 +31,7 @@
 //! requests; but the verification requests are the front of a burst and the latest ones
 //! its queued tail, so the old protocol won on position alone: in the lab it undid a QUIC
 //! choice where QUIC was faster in every window.) The test costs three requests on the
-//! old protocol, the ones the seed's rule would send there anyway when it is right.
+//! old protocol, the ones the paper's rule would send there anyway when it is right.
 //! Verification requests unanswered after one interval are judged on those answered
 //! (at least one per protocol), or else given up (the switch stands).
 //!
@@ -160,7 +160,7 @@ const MAX_RECENT: usize = 512;
 
 impl RollbackChecker {
     /// A checker (`enabled = false`: never rolls back) that rolls back at once on a
-    /// deterioration (the seed's rule); see [`RollbackChecker::verifying`].
+    /// deterioration (the paper's rule); see [`RollbackChecker::verifying`].
     pub fn new(enabled: bool, interval: Duration, deterioration: f64, min_requests: usize) -> Self {
         RollbackChecker {
             enabled,

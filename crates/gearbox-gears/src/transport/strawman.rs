@@ -1,4 +1,4 @@
-//! The strawman of seed 000 §IV-E1: a linear decision boundary over the network
+//! The strawman of WiseTrans §IV-E1: a linear decision boundary over the network
 //! conditions ⟨RTT, BtlBw, LossRate⟩, fitted offline, looked up online.
 //!
 //! `z = intercept + rtt_ms·RTT + btlbw_mbps·BtlBw + loss_rate·LossRate`; QUIC when
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gearbox_client::{ClientRecord, TransportGear, TransportPref};
+use gearbox_gear_api::{ClientRecord, Decision, TransportChoice, TransportGear};
 use serde::{Deserialize, Serialize};
 
 use super::features::FeatureExtractor;
@@ -127,7 +127,7 @@ impl Strawman {
 }
 
 impl TransportGear for Strawman {
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+    fn choose(&mut self, origin: &str, now: Instant) -> Decision<TransportChoice> {
         let coef = self.coef;
         let source = self.source;
         let (fx, current) = self.entry(origin);
@@ -144,11 +144,11 @@ impl TransportGear for Strawman {
             mode: "strawman",
             phase: "exploit",
             score,
-            choice: current.pref(),
+            choice: TransportChoice::from(*current),
             why,
             extra: &[("coef", source)],
         };
-        (current.pref(), reason.render())
+        Decision::new(TransportChoice::from(*current), reason.render())
     }
 
     fn observe(&mut self, record: &ClientRecord, now: Instant) {
@@ -161,7 +161,7 @@ impl TransportGear for Strawman {
 mod tests {
     use super::super::features::tests::{record, with_counters};
     use super::*;
-    use gearbox_dataplane::telemetry::Protocol;
+    use gearbox_gear_api::Protocol;
 
     #[test]
     fn the_default_boundary_picks_tcp_on_clean_fast_paths_and_quic_on_lossy_slow_ones() {
@@ -180,8 +180,10 @@ mod tests {
     fn the_strawman_follows_its_boundary_from_measured_conditions() {
         let mut g = Strawman::new(StrawmanCoefficients::default(), "default", TransportConfig::default());
         let t0 = Instant::now();
-        let (p, why) = g.choose("127.0.0.1:4433", t0);
-        assert_eq!(p, TransportPref::Tcp);
+        let Decision {
+            choice: p, reason: why, ..
+        } = g.choose("127.0.0.1:4433", t0);
+        assert_eq!(p, TransportChoice::Tcp);
         assert_eq!(
             why,
             "strawman;phase=exploit;score=-;choice=tcp;why=no-data;coef=default"
@@ -189,8 +191,10 @@ mod tests {
         // 10% loss, 50 ms RTT, 100 kB received in 80 ms (10 Mbit/s): z = -1 + .25 - 1 + 5 > 0.
         let r = with_counters(record(Protocol::H2, 100.0, 20.0, 100_000, 1), 50.0, 100, 10);
         g.observe(&r, t0);
-        let (p, why) = g.choose("127.0.0.1:4433", t0);
-        assert_eq!(p, TransportPref::Quic, "{why}");
+        let Decision {
+            choice: p, reason: why, ..
+        } = g.choose("127.0.0.1:4433", t0);
+        assert_eq!(p, TransportChoice::Quic, "{why}");
         assert!(why.contains("why=boundary"), "{why}");
     }
 

@@ -1,4 +1,4 @@
-//! WiseTrans-v1 and WiseTrans-v2 (seed 000, §III-A workflow, §IV-A).
+//! WiseTrans-v1 and WiseTrans-v2 (WiseTrans §III-A workflow, §IV-A).
 //!
 //! Per origin, every finished request goes to the Feature Extractor; when it ran on the
 //! current protocol, the Network Monitor scores the current protocol's window: the
@@ -25,7 +25,7 @@
 //! finishes, so waiting for a fresh score would cost the burst). The exploration's selection is then used until the next
 //! one. With `probe_balance` (the default) requests issued after the six probe slots
 //! while the exploration runs are the exploration's extras (`why=probe-extra`, up to
-//! `probe_max_extra`), see [`super::probe`]; with it off, the seed's rule: they use the
+//! `probe_max_extra`), see [`super::probe`]; with it off, the paper's rule: they use the
 //! last selected protocol (`why=probe-wait`). The Rollback Checker watches every switch,
 //! in both versions, unless disabled. When it finds a switch made things worse it first
 //! verifies (by default, `TransportConfig::rollback_verify`): the next six requests go
@@ -34,7 +34,7 @@
 //! old protocol's three beat the new one's (`verify=old:<cost>/new:<cost>`, with
 //! `rollback=` when it goes back), or at once when the new protocol's verification
 //! requests take more than twice as long as the old one's (`early=rct`, see
-//! [`super::rollback`]). `rollback_verify = false`: back at once, the seed's rule.
+//! [`super::rollback`]). `rollback_verify = false`: back at once, the paper's rule.
 //!
 //! **mlp** ([`WiseTrans::mlp`], §IV-E2 footnote 4 run as a policy): v1 exactly, with the
 //! Network Monitor's two XGBoost models replaced by Table II's 128-64 MLP classifiers
@@ -47,17 +47,17 @@
 //! default, with `phase=fallback;why=no-model` in every reason and the problem itself
 //! in the first one (`detail=...`). A request never fails because of the model.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gearbox_client::{ClientRecord, TransportGear, TransportPref};
+use gearbox_gear_api::{ClientRecord, Decision, DecisionId, TransportChoice, TransportGear};
 
 use super::features::FeatureExtractor;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
 use super::rollback::{RollbackChecker, Verdict, VERIFY_SLOTS};
-use super::{decision_field, origin_key, request_cost, request_rct, Mode, Reason, Transport, TransportConfig};
+use super::{origin_key, request_cost, request_rct, Mode, Reason, Transport, TransportConfig};
 
 /// Which WiseTrans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +125,9 @@ struct OriginState {
     pending: Option<Trigger>,
     probe: ProbeAgent,
     rollback: RollbackChecker,
+    /// What each tagged decision not yet answered was part of, by the id its record
+    /// will carry back (oldest first; see [`Tag`]).
+    tags: BTreeMap<DecisionId, Tag>,
     /// Local IP of the origin's last successful connection.
     local_ip: Option<String>,
     last_used: Instant,
@@ -142,6 +145,8 @@ pub struct WiseTrans {
     origins: HashMap<String, OriginState>,
     /// The fallback's reason detail, until it has been said once.
     fallback_detail: Option<String>,
+    /// The id of the next tagged decision (unique within this gear).
+    next_id: u64,
 }
 
 fn ms(v: u64) -> Duration {
@@ -171,6 +176,7 @@ impl WiseTrans {
             monitor,
             origins: HashMap::new(),
             fallback_detail,
+            next_id: 1,
         }
     }
 
@@ -190,18 +196,18 @@ impl WiseTrans {
         self.origins.get(origin).and_then(|s| s.score)
     }
 
-    fn fallback(&mut self) -> (TransportPref, String) {
+    fn fallback(&mut self) -> Decision<TransportChoice> {
         let detail = self.fallback_detail.take();
         let extra: Vec<(&'static str, &str)> = detail.iter().map(|d| ("detail", d.as_str())).collect();
         let reason = Reason {
             mode: self.mode,
             phase: "fallback",
             score: None,
-            choice: TransportPref::Tcp,
+            choice: TransportChoice::Tcp,
             why: "no-model",
             extra: &extra,
         };
-        (TransportPref::Tcp, reason.render())
+        Decision::new(TransportChoice::Tcp, reason.render())
     }
 }
 
@@ -239,6 +245,7 @@ fn state_of<'a>(
             c.rollback_min_requests,
         )
         .verifying(c.rollback_verify),
+        tags: BTreeMap::new(),
         local_ip: None,
         last_used: now,
         events: Vec::new(),
@@ -297,7 +304,7 @@ fn fmt_cost(v: f64) -> String {
 }
 
 impl TransportGear for WiseTrans {
-    fn choose(&mut self, origin: &str, now: Instant) -> (TransportPref, String) {
+    fn choose(&mut self, origin: &str, now: Instant) -> Decision<TransportChoice> {
         if self.monitor.unavailable().is_some() {
             return self.fallback();
         }
@@ -309,11 +316,13 @@ impl TransportGear for WiseTrans {
         }
         let why_buf: String;
         let mut extra: Vec<(&'static str, String)> = Vec::new();
+        let mut tag: Option<Tag> = None;
         let (phase, choice, why): (&'static str, Transport, &str) = if let Some((id, k, to)) =
             st.rollback.next_verify(now)
         {
             why_buf = format!("verify-{k}of{VERIFY_SLOTS}");
             extra.push(("ex", id.to_string()));
+            tag = Some(Tag::Verify { id });
             ("probe", to, why_buf.as_str())
         } else {
             match version {
@@ -342,6 +351,7 @@ impl TransportGear for WiseTrans {
                         Some(ProbeChoice::Slot { id, slot, transport }) => {
                             why_buf = format!("probe-{slot}of{PROBE_SLOTS}");
                             extra.push(("ex", id.to_string()));
+                            tag = Some(Tag::Slot { id, slot });
                             if let Some((_, trigger)) = st.probe.running() {
                                 extra.push(("trigger", trigger.name().to_string()));
                             }
@@ -354,6 +364,7 @@ impl TransportGear for WiseTrans {
                         }) => {
                             extra.push(("ex", id.to_string()));
                             extra.push(("extra", k.to_string()));
+                            tag = Some(Tag::Extra { id, extra: k });
                             if let Some((_, trigger)) = st.probe.running() {
                                 extra.push(("trigger", trigger.name().to_string()));
                             }
@@ -430,11 +441,26 @@ impl TransportGear for WiseTrans {
             mode,
             phase,
             score: st.score,
-            choice: choice.pref(),
+            choice: choice.into(),
             why,
             extra: &extra_refs,
         };
-        (choice.pref(), reason.render())
+        let decision = Decision::new(choice.into(), reason.render());
+        match tag {
+            Some(tag) => {
+                let id = DecisionId(self.next_id);
+                self.next_id += 1;
+                // Every request ends in a record, so a tag waits only for its answer; the
+                // bound keeps a data plane that loses records from growing the map.
+                let cap = 2 * (PROBE_SLOTS + VERIFY_SLOTS + cfg.probe_max_extra);
+                while st.tags.len() >= cap {
+                    st.tags.pop_first();
+                }
+                st.tags.insert(id, tag);
+                decision.with_id(id)
+            }
+            None => decision,
+        }
     }
 
     fn observe(&mut self, record: &ClientRecord, now: Instant) {
@@ -459,21 +485,23 @@ impl TransportGear for WiseTrans {
             }
         }
 
-        // A verification request's result goes to the Rollback Checker, and nowhere else.
-        if let Some(id) = record.decision.as_deref().and_then(|d| verify_ref(d, self.mode)) {
+        // The answer to a tagged decision goes where the decision came from, and nowhere
+        // else: a verification request's to the Rollback Checker, a probe slot's or
+        // extra's to the Probe Agent.
+        let tag = record.decision_id.and_then(|id| st.tags.remove(&id));
+        if let Some(Tag::Verify { id }) = tag {
             let rct = request_rct(record, cfg);
             if let Some(v) = st.rollback.observe_verify(id, transport, cost, rct, now) {
                 apply_verdict(st, v, now, cfg);
             }
             return;
         }
-
-        // A probe slot's or extra's result goes to the Probe Agent, and nowhere else.
-        if let Some(probe) = record.decision.as_deref().and_then(probe_ref) {
+        if let Some(probe) = tag {
             if version == Version::V2 {
                 let out = match probe {
-                    ProbeRef::Slot { id, slot } => st.probe.observe(id, slot, cost),
-                    ProbeRef::Extra { id, extra } => st.probe.observe_extra(id, extra, cost),
+                    Tag::Slot { id, slot } => st.probe.observe(id, slot, cost),
+                    Tag::Extra { id, extra } => st.probe.observe_extra(id, extra, cost),
+                    Tag::Verify { .. } => None,
                 };
                 if let Some(out) = out {
                     let previous = st.current;
@@ -539,53 +567,21 @@ fn local_ip(addr: &str) -> &str {
     }
 }
 
-/// The verification a rollback verification request (`why=verify-<k>of6;ex=<id>`) of
-/// gear `mode` belongs to.
-fn verify_ref(decision: &str, mode: &str) -> Option<u64> {
-    if decision_field(decision, "mode")? != mode {
-        return None;
-    }
-    let (_, of) = decision_field(decision, "why")?
-        .strip_prefix("verify-")?
-        .split_once("of")?;
-    if of.parse::<usize>().ok()? != VERIFY_SLOTS {
-        return None;
-    }
-    decision_field(decision, "ex")?.parse().ok()
-}
-
 /// The `why` of an exploration's extra request.
 const PROBE_EXTRA: &str = "probe-extra";
 
-/// What a WiseTrans-v2 probe decision was part of.
+/// What a tagged decision was part of: the gear keeps it under the decision's
+/// [`DecisionId`] and finds it again on the record that answers the decision. Rejected
+/// alternative (the first version): reading exploration, slot and extra back out of the
+/// record's reason text, which bound the wording of telemetry to the gear's bookkeeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ProbeRef {
-    /// `why=probe-<slot>of6;ex=<id>`.
+enum Tag {
+    /// Probe slot `slot` (1..=6) of exploration `id` (`why=probe-<slot>of6;ex=<id>`).
     Slot { id: u64, slot: usize },
-    /// `why=probe-extra;ex=<id>;extra=<extra>`.
+    /// Extra request `extra` of exploration `id` (`why=probe-extra;ex=<id>;extra=<extra>`).
     Extra { id: u64, extra: usize },
-}
-
-/// The exploration and slot or extra of a WiseTrans-v2 probe decision; None for any
-/// other decision (`probe-wait` included) and for a probe decision missing its numbers.
-fn probe_ref(decision: &str) -> Option<ProbeRef> {
-    if decision_field(decision, "mode")? != Version::V2.mode() {
-        return None;
-    }
-    let why = decision_field(decision, "why")?;
-    let id = || decision_field(decision, "ex")?.parse::<u64>().ok();
-    if why == PROBE_EXTRA {
-        let extra = decision_field(decision, "extra")?.parse().ok()?;
-        return Some(ProbeRef::Extra { id: id()?, extra });
-    }
-    let (slot, of) = why.strip_prefix("probe-")?.split_once("of")?;
-    if of.parse::<usize>().ok()? != PROBE_SLOTS {
-        return None;
-    }
-    Some(ProbeRef::Slot {
-        id: id()?,
-        slot: slot.parse().ok()?,
-    })
+    /// A request of rollback verification `id` (`why=verify-<k>of6;ex=<id>`).
+    Verify { id: u64 },
 }
 
 #[cfg(test)]
@@ -593,7 +589,7 @@ mod tests {
     use super::super::features::tests::{record, with_counters};
     use super::super::monitor::testing::{write_mlps, write_stumps};
     use super::*;
-    use gearbox_dataplane::telemetry::Protocol;
+    use gearbox_gear_api::Protocol;
 
     const ORIGIN: &str = "127.0.0.1:4433";
 
@@ -612,9 +608,9 @@ mod tests {
     /// Runs one 3+3 exploration from `t0`: each probe request completes 10 ms after it was
     /// chosen, in `tcp_rct_ms` or `quic_rct_ms` depending on the transport it was given.
     fn explore(g: &mut WiseTrans, t0: Instant, tcp_rct_ms: f64, quic_rct_ms: f64) {
-        let slots: Vec<_> = (0..6).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect();
+        let slots: Vec<_> = (0..6).map(|k| g.ask(ORIGIN, t0 + ms(k))).collect();
         for (k, (p, why)) in slots.iter().enumerate() {
-            let (t, rct) = if *p == TransportPref::Tcp {
+            let (t, rct) = if *p == TransportChoice::Tcp {
                 (Transport::Tcp, tcp_rct_ms)
             } else {
                 (Transport::Quic, quic_rct_ms)
@@ -623,23 +619,80 @@ mod tests {
         }
     }
 
-    fn done(t: Transport, rct: f64, decision: &str, conn: u64, counters: (u64, u64)) -> ClientRecord {
+    /// A decision's reason as the tests read it (it derefs to the text), carrying the
+    /// decision's id so that the record made from it echoes the id as the client would.
+    #[derive(Debug, Clone)]
+    struct Why {
+        text: String,
+        id: Option<DecisionId>,
+    }
+
+    impl std::ops::Deref for Why {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.text
+        }
+    }
+
+    impl std::fmt::Display for Why {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.text)
+        }
+    }
+
+    impl PartialEq<&str> for Why {
+        fn eq(&self, other: &&str) -> bool {
+            self.text == *other
+        }
+    }
+
+    impl PartialEq<String> for Why {
+        fn eq(&self, other: &String) -> bool {
+            self.text == *other
+        }
+    }
+
+    /// What the gear filed the decision under, waiting for its answer.
+    fn tag_of(g: &WiseTrans, why: &Why) -> Option<Tag> {
+        why.id.and_then(|id| g.origins[ORIGIN].tags.get(&id).copied())
+    }
+
+    /// `choose`, split into the choice and its [`Why`].
+    trait Ask {
+        fn ask(&mut self, origin: &str, now: Instant) -> (TransportChoice, Why);
+    }
+
+    impl Ask for WiseTrans {
+        fn ask(&mut self, origin: &str, now: Instant) -> (TransportChoice, Why) {
+            let d = self.choose(origin, now);
+            (
+                d.choice,
+                Why {
+                    text: d.reason,
+                    id: d.id,
+                },
+            )
+        }
+    }
+
+    fn done(t: Transport, rct: f64, decision: &Why, conn: u64, counters: (u64, u64)) -> ClientRecord {
         let proto = match t {
             Transport::Tcp => Protocol::H2,
             Transport::Quic => Protocol::H3,
         };
         let mut r = with_counters(record(proto, rct, rct / 2.0, 1000, conn), 40.0, counters.0, counters.1);
-        r.decision = Some(decision.to_string());
+        r.decision = Some(decision.text.clone());
+        r.decision_id = decision.id;
         r
     }
 
-    fn pref(t: Transport) -> TransportPref {
-        t.pref()
+    fn pref(t: Transport) -> TransportChoice {
+        t.into()
     }
 
     #[test]
     fn probe_agent_alternates_three_and_three_then_uses_the_better_from_the_seventh_request() {
-        // The seed's rule to the letter; the default (probe_balance) is tested below.
+        // The paper's rule to the letter; the default (probe_balance) is tested below.
         let cfg = TransportConfig {
             probe_balance: false,
             ..TransportConfig::default()
@@ -648,7 +701,7 @@ mod tests {
         let t0 = Instant::now();
         let mut issued = Vec::new();
         for k in 0..6 {
-            let (p, why) = g.choose(ORIGIN, t0 + ms(k));
+            let (p, why) = g.ask(ORIGIN, t0 + ms(k));
             issued.push((p, why));
         }
         let protos: Vec<_> = issued.iter().map(|(p, _)| *p).collect();
@@ -669,12 +722,12 @@ mod tests {
             .starts_with("wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-1of6;ex=1"));
         assert!(issued[0].1.contains("trigger=new-origin"), "{}", issued[0].1);
         // The 7th request, issued before the results: the last selected protocol (TCP).
-        let (p7, why7) = g.choose(ORIGIN, t0 + ms(7));
-        assert_eq!(p7, TransportPref::Tcp);
+        let (p7, why7) = g.ask(ORIGIN, t0 + ms(7));
+        assert_eq!(p7, TransportChoice::Tcp);
         assert!(why7.contains("why=probe-wait"), "{why7}");
         // Results: QUIC is faster.
         for (k, (p, why)) in issued.iter().enumerate() {
-            let t = if *p == TransportPref::Tcp {
+            let t = if *p == TransportChoice::Tcp {
                 Transport::Tcp
             } else {
                 Transport::Quic
@@ -686,25 +739,25 @@ mod tests {
             );
         }
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
-        let (p8, why8) = g.choose(ORIGIN, t0 + ms(200));
-        assert_eq!(p8, TransportPref::Quic);
+        let (p8, why8) = g.ask(ORIGIN, t0 + ms(200));
+        assert_eq!(p8, TransportChoice::Quic);
         assert!(why8.contains("phase="), "{why8}");
         assert!(
             why8.contains("picked=tcp:"),
             "the reason says what the exploration measured: {why8}"
         );
-        let (p9, _) = g.choose(ORIGIN, t0 + ms(201));
-        assert_eq!(p9, TransportPref::Quic);
+        let (p9, _) = g.ask(ORIGIN, t0 + ms(201));
+        assert_eq!(p9, TransportChoice::Quic);
     }
 
     /// Chooses `n` requests at `t0 + k` ms (one click's burst, all issued before any
     /// result).
-    fn burst(g: &mut WiseTrans, t0: Instant, n: u64) -> Vec<(TransportPref, String)> {
-        (0..n).map(|k| g.choose(ORIGIN, t0 + ms(k))).collect()
+    fn burst(g: &mut WiseTrans, t0: Instant, n: u64) -> Vec<(TransportChoice, Why)> {
+        (0..n).map(|k| g.ask(ORIGIN, t0 + ms(k))).collect()
     }
 
-    fn transport_of(p: TransportPref) -> Transport {
-        if p == TransportPref::Tcp {
+    fn transport_of(p: TransportChoice) -> Transport {
+        if p == TransportChoice::Tcp {
             Transport::Tcp
         } else {
             Transport::Quic
@@ -726,14 +779,14 @@ mod tests {
         }
         for (k, (p, why)) in got.iter().enumerate().skip(6) {
             let x = k - 5;
-            let choice = if *p == TransportPref::Tcp { "tcp" } else { "quic" };
+            let choice = if *p == TransportChoice::Tcp { "tcp" } else { "quic" };
             assert_eq!(
                 *why,
                 format!(
                     "wisetrans-v2;phase=probe;score=-;choice={choice};why=probe-extra;ex=1;extra={x};trigger=new-origin"
                 )
             );
-            assert_eq!(probe_ref(why), Some(ProbeRef::Extra { id: 1, extra: x }));
+            assert_eq!(tag_of(&g, why), Some(Tag::Extra { id: 1, extra: x }));
         }
     }
 
@@ -743,7 +796,7 @@ mod tests {
         let t0 = Instant::now();
         let got = burst(&mut g, t0, 13);
         // The slots are a tie (100 ms each); the burst's tail is much cheaper on QUIC.
-        // Under the seed's rule the tie would keep TCP.
+        // Under the paper's rule the tie would keep TCP.
         for (k, (p, why)) in got.iter().enumerate().take(6) {
             g.observe(&done(transport_of(*p), 100.0, why, 1, (0, 0)), t0 + ms(100 + k as u64));
         }
@@ -761,8 +814,8 @@ mod tests {
         }
         assert!(!g.origins[ORIGIN].probe.exploring());
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
-        let (p, why) = g.choose(ORIGIN, t0 + ms(400));
-        assert_eq!(p, TransportPref::Quic, "{why}");
+        let (p, why) = g.ask(ORIGIN, t0 + ms(400));
+        assert_eq!(p, TransportChoice::Quic, "{why}");
         // 3 slots + 4 extras on TCP (extras 1, 3, 5, 7), 3 + 3 on QUIC.
         assert!(
             why.contains(";picked=tcp:") && why.ends_with(";n=tcp:7/quic:6"),
@@ -783,9 +836,9 @@ mod tests {
             "{last_extra}"
         );
         for (p, why) in &got[6 + limit as usize..] {
-            assert_eq!(*p, TransportPref::Tcp, "the last selected protocol: {why}");
+            assert_eq!(*p, TransportChoice::Tcp, "the last selected protocol: {why}");
             assert_eq!(*why, "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait");
-            assert_eq!(probe_ref(why), None);
+            assert_eq!(why.id, None, "{why}");
         }
     }
 
@@ -803,8 +856,8 @@ mod tests {
             g.observe(&done(t, rct, why, 1, (0, 0)), t0 + ms(100 + k as u64));
         }
         assert!(g.origins[ORIGIN].probe.exploring());
-        let (p, why) = g.choose(ORIGIN, t0 + ms(timeout + 1));
-        assert_eq!(p, TransportPref::Tcp, "{why}");
+        let (p, why) = g.ask(ORIGIN, t0 + ms(timeout + 1));
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
         assert!(
             why.contains("phase=exploit") && why.contains("abandoned=probe-timeout"),
             "{why}"
@@ -813,7 +866,7 @@ mod tests {
         let (p8, why8) = &got[7];
         g.observe(&done(transport_of(*p8), 50.0, why8, 1, (0, 0)), t0 + ms(timeout + 2));
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
-        let (_, why) = g.choose(ORIGIN, t0 + ms(timeout + 3));
+        let (_, why) = g.ask(ORIGIN, t0 + ms(timeout + 3));
         assert!(!why.contains("picked=") && !why.contains("phase=probe"), "{why}");
     }
 
@@ -833,8 +886,8 @@ mod tests {
             t += ms(500);
             sent += 100;
             lost += i % 3; // 0..2% loss
-            let (p, why) = g.choose(ORIGIN, t);
-            assert_eq!(p, TransportPref::Tcp, "{why}");
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Tcp, "{why}");
             assert!(!why.contains("phase=probe"), "no exploration on noise: {why}");
             g.observe(&done(Transport::Tcp, 50.0, &why, 1, (sent, lost)), t + ms(50));
         }
@@ -845,7 +898,7 @@ mod tests {
             t += ms(500);
             sent += 100;
             lost += 30;
-            let (_, why) = g.choose(ORIGIN, t);
+            let (_, why) = g.ask(ORIGIN, t);
             if why.contains("phase=probe") {
                 explored = Some(why);
                 break;
@@ -877,8 +930,8 @@ mod tests {
                 t += ms(100);
                 sent += 100;
                 lost += burst_loss;
-                let (p, why) = g.choose(ORIGIN, t);
-                assert_eq!(p, TransportPref::Tcp, "{why}");
+                let (p, why) = g.ask(ORIGIN, t);
+                assert_eq!(p, TransportChoice::Tcp, "{why}");
                 assert!(
                     !why.contains("phase=probe"),
                     "too soon after the last exploration: {why}"
@@ -888,7 +941,7 @@ mod tests {
         }
         assert!(g.score(ORIGIN).expect("score") > 0.8);
         // Nothing finishes in between; the next click, after the interval, explores.
-        let (_, why) = g.choose(ORIGIN, t0 + ms(interval + 500));
+        let (_, why) = g.ask(ORIGIN, t0 + ms(interval + 500));
         assert!(
             why.contains("why=probe-1of6") && why.contains("trigger=score-jump"),
             "{why}"
@@ -905,15 +958,15 @@ mod tests {
         };
         let (mut g, _d) = gear(Version::V1, 2.0, 2.0, cfg);
         let t0 = Instant::now();
-        let (p, why) = g.choose(ORIGIN, t0);
-        assert_eq!(p, TransportPref::Tcp);
+        let (p, why) = g.ask(ORIGIN, t0);
+        assert_eq!(p, TransportChoice::Tcp);
         assert_eq!(why, "wisetrans-v1;phase=exploit;score=-;choice=tcp;why=no-score");
         let mut t = t0;
         let mut picks = Vec::new();
         for _ in 0..40 {
             t += ms(100);
-            let (p, why) = g.choose(ORIGIN, t);
-            let tr = if p == TransportPref::Tcp {
+            let (p, why) = g.ask(ORIGIN, t);
+            let tr = if p == TransportChoice::Tcp {
                 Transport::Tcp
             } else {
                 Transport::Quic
@@ -945,17 +998,17 @@ mod tests {
         };
         let mut g = WiseTrans::mlp(Some(dir.path()), cfg);
         let t0 = Instant::now();
-        let (p, why) = g.choose(ORIGIN, t0);
-        assert_eq!(p, TransportPref::Tcp);
+        let (p, why) = g.ask(ORIGIN, t0);
+        assert_eq!(p, TransportChoice::Tcp);
         assert_eq!(why, "mlp;phase=exploit;score=-;choice=tcp;why=no-score");
         let mut t = t0;
         let mut picks = Vec::new();
         for _ in 0..40 {
             t += ms(100);
-            let (p, why) = g.choose(ORIGIN, t);
+            let (p, why) = g.ask(ORIGIN, t);
             assert!(why.starts_with("mlp;phase="), "{why}");
             assert!(!why.contains("phase=probe"), "v1 never probes: {why}");
-            let tr = if p == TransportPref::Tcp {
+            let tr = if p == TransportChoice::Tcp {
                 Transport::Tcp
             } else {
                 Transport::Quic
@@ -978,14 +1031,14 @@ mod tests {
         // Without the networks: TCP, the v1 fallback, in mlp's words, naming the file.
         std::fs::remove_file(dir.path().join("mlp-tcp.json")).expect("rm");
         let mut g = WiseTrans::mlp(Some(dir.path()), TransportConfig::default());
-        let (p, r1) = g.choose(ORIGIN, t0);
-        assert_eq!(p, TransportPref::Tcp);
+        let (p, r1) = g.ask(ORIGIN, t0);
+        assert_eq!(p, TransportChoice::Tcp);
         assert!(
             r1.starts_with("mlp;phase=fallback;score=-;choice=tcp;why=no-model;detail=") && r1.contains("mlp-tcp.json"),
             "{r1}"
         );
         assert_eq!(
-            g.choose(ORIGIN, t0 + ms(1)).1,
+            g.ask(ORIGIN, t0 + ms(1)).1,
             "mlp;phase=fallback;score=-;choice=tcp;why=no-model"
         );
     }
@@ -1006,12 +1059,12 @@ mod tests {
         let mut rolled = None;
         for _ in 0..30 {
             t += ms(500);
-            let (p, why) = g.choose(ORIGIN, t);
+            let (p, why) = g.ask(ORIGIN, t);
             if why.contains("rollback=") {
                 rolled = Some((p, why));
                 break;
             }
-            let tr = if p == TransportPref::Tcp {
+            let tr = if p == TransportChoice::Tcp {
                 Transport::Tcp
             } else {
                 Transport::Quic
@@ -1019,20 +1072,20 @@ mod tests {
             g.observe(&done(tr, 400.0, &why, 2, (0, 0)), t + ms(50));
         }
         let (p, why) = rolled.expect("a rollback");
-        assert_eq!(p, TransportPref::Tcp, "{why}");
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
     }
 
     /// After v2's exploration picks QUIC, every request gets slower (the path worsened,
     /// on both protocols alike, or on QUIC alone). Returns the first decision after the
     /// Rollback Checker's verdict and the time it was made.
-    fn deteriorate_after_switch(g: &mut WiseTrans, t0: Instant) -> (TransportPref, String, Instant) {
+    fn deteriorate_after_switch(g: &mut WiseTrans, t0: Instant) -> (TransportChoice, Why, Instant) {
         explore(g, t0, 100.0, 60.0);
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
         let mut t = t0 + ms(100);
         for _ in 0..30 {
             t += ms(500);
-            let (p, why) = g.choose(ORIGIN, t);
+            let (p, why) = g.ask(ORIGIN, t);
             if why.contains("phase=probe") || why.contains("rollback=") {
                 return (p, why, t);
             }
@@ -1046,13 +1099,13 @@ mod tests {
     /// and the new one (QUIC, `new_rct_ms`). Returns the next decision.
     fn answer_verification(
         g: &mut WiseTrans,
-        first: (TransportPref, String),
+        first: (TransportChoice, Why),
         t: Instant,
         old_rct_ms: f64,
         new_rct_ms: f64,
-    ) -> (TransportPref, String) {
+    ) -> (TransportChoice, Why) {
         let mut asks = vec![first];
-        asks.extend((1..6).map(|k| g.choose(ORIGIN, t + ms(k))));
+        asks.extend((1..6).map(|k| g.ask(ORIGIN, t + ms(k))));
         for (k, (p, why)) in asks.iter().enumerate() {
             let (tr, rct) = if k % 2 == 0 {
                 (Transport::Tcp, old_rct_ms)
@@ -1068,13 +1121,13 @@ mod tests {
             assert_eq!(transport_of(*p), tr, "{why}");
             g.observe(&done(tr, rct, why, 3, (0, 0)), t + ms(10 + k as u64));
         }
-        g.choose(ORIGIN, t + ms(100))
+        g.ask(ORIGIN, t + ms(100))
     }
 
     /// A fresh v2 gear's switch to QUIC, found worse and verified with TCP answering in
     /// `old_rct_ms` and QUIC in `new_rct_ms`: the decision after the verdict, and the
     /// protocol selected then.
-    fn verified_switch(t0: Instant, old_rct_ms: f64, new_rct_ms: f64) -> (TransportPref, String, Option<Transport>) {
+    fn verified_switch(t0: Instant, old_rct_ms: f64, new_rct_ms: f64) -> (TransportChoice, Why, Option<Transport>) {
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let (p, why, t) = deteriorate_after_switch(&mut g, t0);
         let (p, why) = answer_verification(&mut g, (p, why), t, old_rct_ms, new_rct_ms);
@@ -1093,7 +1146,7 @@ mod tests {
         );
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic), "nothing undone yet");
         let (p, why) = answer_verification(&mut g, (p, why), t, 700.0, 400.0);
-        assert_eq!(p, TransportPref::Quic, "{why}");
+        assert_eq!(p, TransportChoice::Quic, "{why}");
         assert!(
             why.contains("verify=old:655.1/new:374.4") && !why.contains("rollback="),
             "{why}"
@@ -1104,7 +1157,7 @@ mod tests {
         // TCP's three have answered (100 ms each) while QUIC's two answers (400 ms) and
         // its third request's time so far already average over twice that.
         let (p, why, selected) = verified_switch(t0, 100.0, 400.0);
-        assert_eq!(p, TransportPref::Tcp, "{why}");
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
         assert!(
             why.contains("verify=old:100.0/new:269.7+;early=rct;rollback=verified"),
             "{why}"
@@ -1114,7 +1167,7 @@ mod tests {
         // The old protocol's requests finish sooner only for being the front of the
         // burst: QUIC, measured beside them, is as fast, and the switch stands.
         let (p, why, selected) = verified_switch(t0, 100.0, 90.0);
-        assert_eq!(p, TransportPref::Quic, "{why}");
+        assert_eq!(p, TransportChoice::Quic, "{why}");
         assert!(
             why.contains("verify=old:93.6/new:84.2") && !why.contains("rollback="),
             "{why}"
@@ -1127,9 +1180,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let mut g = WiseTrans::load(Version::V2, Some(dir.path()), TransportConfig::default());
         let t0 = Instant::now();
-        let (p1, r1) = g.choose(ORIGIN, t0);
-        let (p2, r2) = g.choose(ORIGIN, t0 + ms(1));
-        assert_eq!((p1, p2), (TransportPref::Tcp, TransportPref::Tcp));
+        let (p1, r1) = g.ask(ORIGIN, t0);
+        let (p2, r2) = g.ask(ORIGIN, t0 + ms(1));
+        assert_eq!((p1, p2), (TransportChoice::Tcp, TransportChoice::Tcp));
         assert!(
             r1.starts_with("wisetrans-v2;phase=fallback;score=-;choice=tcp;why=no-model;detail="),
             "{r1}"
@@ -1138,7 +1191,7 @@ mod tests {
         assert_eq!(r2, "wisetrans-v2;phase=fallback;score=-;choice=tcp;why=no-model");
         // Observing records with a fallback gear is harmless.
         g.observe(&done(Transport::Quic, 10.0, &r1, 1, (0, 0)), t0);
-        assert_eq!(g.choose(ORIGIN, t0 + ms(2)).0, TransportPref::Tcp);
+        assert_eq!(g.ask(ORIGIN, t0 + ms(2)).0, TransportChoice::Tcp);
     }
 
     #[test]
@@ -1146,12 +1199,12 @@ mod tests {
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let t0 = Instant::now();
         explore(&mut g, t0, 50.0, 50.0);
-        let (_, why) = g.choose(ORIGIN, t0 + ms(20));
+        let (_, why) = g.ask(ORIGIN, t0 + ms(20));
         assert!(!why.contains("phase=probe"), "{why}");
         let mut r = done(Transport::Tcp, 50.0, &why, 1, (0, 0));
         r.local_addr = "10.0.0.7:41000".into();
         g.observe(&r, t0 + ms(30));
-        let (_, why) = g.choose(ORIGIN, t0 + ms(40));
+        let (_, why) = g.ask(ORIGIN, t0 + ms(40));
         assert!(
             why.contains("why=probe-1of6") && why.contains("trigger=path-change"),
             "{why}"
@@ -1159,39 +1212,68 @@ mod tests {
     }
 
     #[test]
-    fn probe_decisions_parse_back() {
-        assert_eq!(
-            probe_ref("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12;trigger=score-jump"),
-            Some(ProbeRef::Slot { id: 12, slot: 4 })
+    fn a_probe_answer_is_found_by_its_decision_id_not_by_its_reason_text() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let slots: Vec<_> = (0..6).map(|k| g.ask(ORIGIN, t0 + ms(k))).collect();
+        let ids: Vec<_> = slots
+            .iter()
+            .map(|(_, why)| why.id.expect("a probe slot carries an id"))
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] != w[1]), "one id per decision: {ids:?}");
+        // Answers whose text says nothing about the probe, but carry the ids: they are the
+        // exploration's, and QUIC (faster) is selected.
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let reworded = Why {
+                text: "reworded for people".into(),
+                id: why.id,
+            };
+            let rct = if *p == TransportChoice::Tcp { 200.0 } else { 100.0 };
+            g.observe(
+                &done(transport_of(*p), rct, &reworded, 1, (0, 0)),
+                t0 + ms(10 + k as u64),
+            );
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+
+        // Answers with a probe's text but no id (or an id this gear never gave) are
+        // ordinary requests: they finish no exploration.
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let slots: Vec<_> = (0..6).map(|k| g.ask(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let untagged = Why {
+                text: why.text.clone(),
+                id: if k % 2 == 0 { None } else { Some(DecisionId(10_000)) },
+            };
+            let rct = if *p == TransportChoice::Tcp { 200.0 } else { 100.0 };
+            g.observe(
+                &done(transport_of(*p), rct, &untagged, 1, (0, 0)),
+                t0 + ms(10 + k as u64),
+            );
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp), "still exploring");
+        let (_, why) = g.ask(ORIGIN, t0 + ms(20));
+        assert!(
+            why.contains("why=probe-wait") || why.contains("why=probe-extra"),
+            "{why}"
         );
-        assert_eq!(
-            probe_ref("wisetrans-v1;phase=probe;score=-;choice=quic;why=probe-4of6;ex=12"),
-            None
-        );
-        assert_eq!(
-            probe_ref("wisetrans-v2;phase=exploit;score=-;choice=quic;why=stay"),
-            None
-        );
-        assert_eq!(probe_ref("fixed:tcp"), None);
-        assert_eq!(local_ip("10.0.0.1:443"), "10.0.0.1");
-        assert_eq!(local_ip("[::1]:443"), "[::1]");
     }
 
     #[test]
-    fn extra_decisions_parse_back_and_malformed_ones_link_to_nothing() {
-        assert_eq!(
-            probe_ref("wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12;extra=4;trigger=score-jump"),
-            Some(ProbeRef::Extra { id: 12, extra: 4 })
-        );
-        for broken in [
-            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12",
-            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;ex=12;extra=x",
-            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extra;extra=4",
-            "wisetrans-v2;phase=probe;score=-;choice=tcp;why=probe-wait;ex=12;extra=4",
-            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-extras;ex=12;extra=4",
-            "wisetrans-v2;phase=probe;score=-;choice=quic;why=probe-4of7;ex=12",
-        ] {
-            assert_eq!(probe_ref(broken), None, "{broken}");
-        }
+    fn only_probe_and_verification_decisions_carry_an_id() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        explore(&mut g, t0, 50.0, 90.0);
+        let (_, why) = g.ask(ORIGIN, t0 + ms(100));
+        assert!(why.contains("phase=exploit"), "{why}");
+        assert_eq!(why.id, None, "{why}");
+        let mut fallback = WiseTrans::load(Version::V2, None, TransportConfig::default());
+        assert_eq!(fallback.choose(ORIGIN, t0).id, None);
+    }
+
+    #[test]
+    fn local_addresses_lose_their_port() {
+        assert_eq!(local_ip("10.0.0.1:443"), "10.0.0.1");
+        assert_eq!(local_ip("[::1]:443"), "[::1]");
     }
 }
