@@ -168,8 +168,8 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
     let report = emu.stop().map_err(|e| e.to_string())?;
     let h = report.hop_compensation;
     println!(
-        "{:<11} written early by µs: towards client {:.0}, towards server {:.0}; mean TUN wait taken off {:.0} µs \
-         ({} tapped, {} untapped packets, {} calibration probes)",
+        "{:<11} compensation µs: out towards client {:.0}, towards server {:.0} (applied unless --uncompensated); \
+         mean TUN wait {:.0} µs ({} tapped, {} untapped packets, {} calibration probes)",
         case.name,
         h.towards_client().as_secs_f64() * 1e6,
         h.towards_server().as_secs_f64() * 1e6,

@@ -51,6 +51,11 @@ pub const ANSWER_DELAY: Duration = Duration::from_millis(10);
 /// No compensation is ever larger than this: a sample beyond it is a
 /// scheduling accident (the machine stalled), not a property of the hop.
 const MAX_COMPENSATION: Duration = Duration::from_millis(1);
+/// Taken off the measured out-minimum before it is used: over about 3 000
+/// probes in 20 test runs an application's reader was woken up to 15 µs sooner
+/// than the calibrator's fastest wake-up in the same window, which made a few
+/// round trips 5 µs early.
+pub const SAFETY_MARGIN: Duration = Duration::from_micros(15);
 /// SCHED_FIFO priority of the calibrator threads: below the relay's, and as
 /// prompt as any receiver, so its wake-ups are a lower bound of theirs.
 const PRIORITY: i32 = 5;
@@ -218,11 +223,14 @@ pub struct Shared {
 /// A snapshot of [`Shared`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HopCompensation {
-    /// Writing a packet into the client namespace and waking its reader.
+    /// How early packets towards the client namespace are written: the
+    /// measured minimum of writing them and waking their reader, less
+    /// [`SAFETY_MARGIN`].
     pub client_out: Duration,
-    /// Writing a packet into the server namespace and waking its reader.
+    /// The same towards the server namespace.
     pub server_out: Duration,
-    /// A sender's path in the client namespace, `send` to the TUN device.
+    /// A sender's path in the client namespace, `send` to the TUN device
+    /// (measured, reported, not compensated).
     pub client_send: Duration,
     /// A sender's path in the server namespace.
     pub server_send: Duration,
@@ -231,12 +239,12 @@ pub struct HopCompensation {
 impl HopCompensation {
     /// How early packets towards the client namespace are written.
     pub fn towards_client(&self) -> Duration {
-        self.client_out + self.server_send
+        self.client_out
     }
 
     /// How early packets towards the server namespace are written.
     pub fn towards_server(&self) -> Duration {
-        self.server_out + self.client_send
+        self.server_out
     }
 }
 

@@ -415,21 +415,23 @@ impl Relay {
         self.answers.push_back((due, from, packet.to_vec(), probe.seq));
     }
 
-    /// Publishes the compensation of each direction: packets towards a side are
-    /// written early by the minimum recent cost of writing them and waking
-    /// their reader there, plus the minimum recent cost of the sender's own
-    /// path on the other side (its `send` call to the TUN device).
+    /// Publishes the compensation of each side: packets towards it are written
+    /// early by the minimum recent cost of writing them and waking their reader
+    /// there, less [`calibrate::SAFETY_MARGIN`]. The sender's own path (its
+    /// `send` call to the TUN device) is measured and reported but not taken
+    /// off: an application's UDP send was seen to beat the calibrator's
+    /// raw-socket minimum, which made probes early (docs/emu.md "Delay bias").
     fn update_compensation(&mut self) {
-        for (to, from) in [(Side::Client, Side::Server), (Side::Server, Side::Client)] {
-            let (i, j) = (side_index(to), side_index(from));
-            let (Some(out), Some(send)) = (self.out[i].value(), self.send_path[j].value()) else {
-                continue;
-            };
-            let lead = out + send;
-            self.shared.out_ns[i].store(out.as_nanos() as u64, Ordering::Relaxed);
-            self.shared.send_ns[j].store(send.as_nanos() as u64, Ordering::Relaxed);
+        for side in [Side::Client, Side::Server] {
+            let i = side_index(side);
+            if let Some(send) = self.send_path[i].value() {
+                self.shared.send_ns[i].store(send.as_nanos() as u64, Ordering::Relaxed);
+            }
+            let Some(out) = self.out[i].value() else { continue };
+            let lead = out.saturating_sub(calibrate::SAFETY_MARGIN);
+            self.shared.out_ns[i].store(lead.as_nanos() as u64, Ordering::Relaxed);
             if self.compensate {
-                self.core.set_delivery_lead(to, lead);
+                self.core.set_delivery_lead(side, lead);
             }
         }
     }
