@@ -69,24 +69,6 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> anyhow::Result<Self> {
-        let p = std::env::temp_dir().join(format!("gearbox-bench-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).with_context(|| format!("cannot create {}", p.display()))?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A server child process, killed when dropped.
 struct Server {
     child: Child,
@@ -468,10 +450,15 @@ fn edge(a: EdgeBenchArgs) -> anyhow::Result<()> {
         bail!("--repeats, --concurrency, --size-mb and --duration-s must be positive");
     }
     let size = a.size_mb * 1_000_000;
-    let dir = TempDir::new("edge")?;
-    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    // A fresh directory with an unpredictable name: a fixed /tmp path could be another
+    // user's directory or a link planted there.
+    let dir = tempfile::Builder::new()
+        .prefix("gearbox-bench-edge-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     gearbox_dataplane::tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key)?;
-    let www = dir.0.join("www");
+    let www = dir.path().join("www");
     std::fs::create_dir_all(&www)?;
     eprintln!("bench: writing the {} MB file", a.size_mb);
     write_noise(&www.join("bulk.bin"), size)?;
@@ -490,19 +477,19 @@ fn edge(a: EdgeBenchArgs) -> anyhow::Result<()> {
         .arg(&www)
         .args(["--max-bytes", &size.max(a.small_bytes).to_string()])
         .env("GEARBOX_LOG", "warn");
-    let gearbox = Server::start("gearbox edge", cmd, edge_port, dir.0.join("edge.log"))?;
+    let gearbox = Server::start("gearbox edge", cmd, edge_port, dir.path().join("edge.log"))?;
 
     let caddy_port = free_port()?;
-    let caddy_conf = dir.0.join("Caddyfile");
+    let caddy_conf = dir.path().join("Caddyfile");
     std::fs::write(&caddy_conf, caddyfile(caddy_port, &cert, &key, &www))?;
     let mut cmd = Command::new(&a.caddy);
     cmd.args(["run", "--adapter", "caddyfile", "--config"])
         .arg(&caddy_conf)
         // Keep caddy's state (it writes some even with admin off) out of the user's home.
-        .env("HOME", &dir.0)
-        .env("XDG_DATA_HOME", dir.0.join("caddy-data"))
-        .env("XDG_CONFIG_HOME", dir.0.join("caddy-config"));
-    let caddy = Server::start("caddy", cmd, caddy_port, dir.0.join("caddy.log")).map_err(|e| {
+        .env("HOME", dir.path())
+        .env("XDG_DATA_HOME", dir.path().join("caddy-data"))
+        .env("XDG_CONFIG_HOME", dir.path().join("caddy-config"));
+    let caddy = Server::start("caddy", cmd, caddy_port, dir.path().join("caddy.log")).map_err(|e| {
         e.context(format!(
             "caddy is needed for the comparison ({}); run scripts/setup.sh",
             a.caddy.display()
