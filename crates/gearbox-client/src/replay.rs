@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gearbox_dataplane::stats::{mean, percentile};
 use gearbox_dataplane::telemetry::ClientRecord;
 use gearbox_workload::{Pattern, WorkloadError, WorkloadSpec};
 
@@ -286,20 +287,6 @@ pub struct Summary {
     pub page_load_ms: Vec<f64>,
 }
 
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted.get(rank.min(sorted.len()) - 1).copied()
-}
-
-/// Arithmetic mean; `None` for no values.
-fn mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
 impl Summary {
     /// Summarises the `records` and `page_loads` (ms) of a replay of `workload` seeded `seed`
     /// that took `elapsed`. A record without `error` and without an RCT counts as a request
@@ -337,6 +324,7 @@ impl Summary {
 
     /// The summary as JSON (`gearbox load --json`): per protocol and for page loads the
     /// count, mean, median, p90 and p99 in milliseconds (`null` where there are no times).
+    /// Percentiles interpolate between ranks (`gearbox_dataplane::stats::percentile`).
     pub fn to_json(&self) -> serde_json::Value {
         let stats = |v: &[f64]| {
             serde_json::json!({
@@ -498,7 +486,7 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            "h2               3       1       15.0       10.0       20.0       20.0"
+            "h2               3       1       15.0       15.0       19.0       19.9"
         );
         assert_eq!(
             lines[3],
@@ -565,15 +553,5 @@ mod tests {
             start + Duration::from_millis(500)
         );
         assert_eq!(options(0.5, 3).path_index(7), 1);
-    }
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), Some(50.0));
-        assert_eq!(percentile(&v, 90.0), Some(90.0));
-        assert_eq!(percentile(&v, 99.0), Some(99.0));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
     }
 }

@@ -5,13 +5,9 @@
 use super::measure::{Kind, Row, Sample};
 use super::EdgeBenchArgs;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+/// The median of the repeats (NaN for none, which the table prints as such).
+fn median(v: Vec<f64>) -> f64 {
+    gearbox_dataplane::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 pub(super) fn print_report(a: &EdgeBenchArgs, rows: &[Row], load_before: &str, others_pct: f64) {
