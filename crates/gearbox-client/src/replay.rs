@@ -27,9 +27,8 @@ use gearbox_dataplane::telemetry::ClientRecord;
 use gearbox_workload::{Pattern, WorkloadError, WorkloadSpec};
 
 use crate::client::{Client, Request};
-use crate::gear::{StaticTransport, TransportChoice, TransportGear, TransportPref};
 use crate::page::PageLoadOptions;
-use crate::Decision;
+use crate::{Decision, StaticTransport, TransportChoice, TransportGear, TransportPref};
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
