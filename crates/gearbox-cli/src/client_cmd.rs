@@ -3,25 +3,24 @@
 //! `get` fetches one URL and prints its telemetry record, so a single measurement is one
 //! command and its output is what learners read. `load` replays a workload (seeded, from
 //! `gearbox-workload`) against an edge at the workload's send times and summarises the
-//! request completion times per protocol. Both write the same `ClientRecord` lines as the
-//! library (schema: docs/telemetry.md; usage: docs/client.md).
+//! request completion times per protocol; the replay and its statistics are the library's
+//! (`gearbox_client::replay`), this module only reads flags. Both write the same
+//! `ClientRecord` lines as the library (schema: docs/telemetry.md; usage: docs/client.md).
 
-use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_client::replay::{replay, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{
-    Bytes, Client, ClientConfig, ClientError, ClientRecord, Decision, Method, PageLoadOptions, Request,
-    StaticTransport, TransportChoice, TransportGear, TransportPref, Trust,
+    Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
-use gearbox_workload::{Limit, Pattern, WorkloadSpec};
+use gearbox_workload::{Limit, WorkloadSpec};
 
 /// Where `get` looks for the system's CA bundle when neither `--ca` nor `--insecure` is given.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -299,28 +298,6 @@ pub struct LoadArgs {
     pub conn: ConnArgs,
 }
 
-/// Passes choices to a gear and keeps every observed record for the summary.
-/// The client calls `observe` for every request, page objects included, so this sees
-/// exactly what went to telemetry (and the gear learns from the same records).
-pub(crate) struct Collect<G = StaticTransport> {
-    pub(crate) inner: G,
-    pub(crate) records: Arc<Mutex<Vec<ClientRecord>>>,
-}
-
-impl<G: TransportGear> TransportGear for Collect<G> {
-    fn choose(&mut self, origin: &str, now: Instant) -> Decision<TransportChoice> {
-        self.inner.choose(origin, now)
-    }
-
-    fn observe(&mut self, record: &ClientRecord, now: Instant) {
-        self.inner.observe(record, now);
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record.clone());
-    }
-}
-
 /// `gearbox load`: replays a workload and prints a summary.
 pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let spec = WorkloadSpec::load(&a.workload).with_context(|| format!("--workload {}", a.workload))?;
@@ -346,32 +323,18 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let (records, page_loads) = rt.block_on(async {
         let sink = telemetry_sink(a.telemetry.as_deref())?;
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let gear = Collect {
-            inner: gear,
-            records: records.clone(),
-        };
+        let log = RecordLog::new();
+        let gear = RecordingGear::new(gear, log.clone());
         let client = Client::with_gear(a.conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
-        let paths = a.conn.local_addr.len().max(1);
-        let page_loads = if matches!(spec.pattern(), Some(Pattern::Page(_))) {
-            replay_pages(
-                &client,
-                &spec,
-                a.seed,
-                &requests,
-                &target,
-                transport,
-                a.time_scale,
-                paths,
-            )
-            .await?
-        } else {
-            replay_requests(&client, &requests, &target, transport, a.time_scale, paths).await;
-            Vec::new()
+        let options = ReplayOptions {
+            target,
+            transport,
+            time_scale: a.time_scale,
+            paths: a.conn.local_addr.len().max(1),
         };
+        let page_loads = replay(&client, &spec, a.seed, &requests, &options).await?;
         client.flush_telemetry().await;
-        let records = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
-        Ok::<_, anyhow::Error>((records, page_loads))
+        Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;
     let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &records, &page_loads);
     let mut out = std::io::stdout().lock();
@@ -382,270 +345,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             serde_json::to_string(&summary.to_json()).context("summary to JSON")?
         )?;
     } else {
-        summary.print(&mut out, a.telemetry.as_deref())?;
+        summary.write_table(&mut out, a.telemetry.as_deref())?;
     }
     Ok(())
-}
-
-/// Sends each request at its (scaled) send time, concurrently with those still running.
-pub(crate) async fn replay_requests(
-    client: &Client,
-    requests: &[gearbox_workload::Request],
-    target: &str,
-    transport: TransportPref,
-    time_scale: f64,
-    paths: usize,
-) {
-    let start = tokio::time::Instant::now();
-    let mut running = tokio::task::JoinSet::new();
-    for r in requests {
-        tokio::time::sleep_until(start + Duration::from_secs_f64((r.send_at_ms * time_scale).max(0.0) / 1e3)).await;
-        let url = format!("{target}{}", r.path);
-        let mut req = if r.request_bytes > 0 {
-            Request::post(
-                url,
-                bytes_of(usize::try_from(r.request_bytes).unwrap_or(usize::MAX)),
-                transport,
-            )
-        } else {
-            Request::get(url, transport)
-        };
-        req.click = Some(r.click);
-        req.force_new_connection = r.new_connection;
-        req.path_index = r.client_index as usize % paths;
-        req.discard_body = true;
-        let client = client.clone();
-        running.spawn(async move {
-            // The record is in telemetry and in the collector; errors are counted there.
-            let _ = client.request(req).await;
-        });
-    }
-    while running.join_next().await.is_some() {}
-}
-
-/// Page workloads: one page load per click, started at the click's send time.
-///
-/// The workload's request stream lists a page's objects but not their dependencies, so
-/// each click's page graph comes from `WorkloadSpec::generate_page` with a seed derived
-/// from the run's seed and the click (same seed, same pages).
-#[allow(clippy::too_many_arguments)]
-async fn replay_pages(
-    client: &Client,
-    spec: &WorkloadSpec,
-    seed: u64,
-    requests: &[gearbox_workload::Request],
-    target: &str,
-    transport: TransportPref,
-    time_scale: f64,
-    paths: usize,
-) -> anyhow::Result<Vec<f64>> {
-    let mut clicks: Vec<&gearbox_workload::Request> = Vec::new();
-    for r in requests {
-        if clicks.last().is_none_or(|last| last.click != r.click) {
-            clicks.push(r);
-        }
-    }
-    let start = tokio::time::Instant::now();
-    let mut running = tokio::task::JoinSet::new();
-    for first in clicks {
-        let page_seed = seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(u64::from(first.click));
-        let page = spec.generate_page(page_seed).context("page workload")?;
-        tokio::time::sleep_until(start + Duration::from_secs_f64((first.send_at_ms * time_scale).max(0.0) / 1e3)).await;
-        let options = PageLoadOptions {
-            transport,
-            path_index: first.client_index as usize % paths,
-            click: Some(first.click),
-            fresh_connection: first.new_connection,
-        };
-        let client = client.clone();
-        let origin = target.to_string();
-        running.spawn(async move {
-            client
-                .load_page_with(&origin, &page, &options)
-                .await
-                .ok()
-                .map(|p| p.page_load_ms)
-        });
-    }
-    let mut loads = Vec::new();
-    while let Some(done) = running.join_next().await {
-        if let Ok(Some(ms)) = done {
-            loads.push(ms);
-        }
-    }
-    Ok(loads)
-}
-
-/// RCT statistics of one protocol.
-struct ProtoStats {
-    requests: usize,
-    errors: usize,
-    rct_ms: Vec<f64>,
-}
-
-pub(crate) struct Summary {
-    workload: String,
-    seed: u64,
-    elapsed: Duration,
-    requests: usize,
-    errors: BTreeMap<String, usize>,
-    by_protocol: BTreeMap<String, ProtoStats>,
-    page_load_ms: Vec<f64>,
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted.get(rank.min(sorted.len()) - 1).copied()
-}
-
-fn mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
-impl Summary {
-    pub(crate) fn new(
-        workload: &str,
-        seed: u64,
-        elapsed: Duration,
-        records: &[ClientRecord],
-        page_loads: &[f64],
-    ) -> Self {
-        let mut errors = BTreeMap::new();
-        let mut by_protocol: BTreeMap<String, ProtoStats> = BTreeMap::new();
-        for r in records {
-            let s = by_protocol.entry(r.protocol.to_string()).or_insert(ProtoStats {
-                requests: 0,
-                errors: 0,
-                rct_ms: Vec::new(),
-            });
-            s.requests += 1;
-            match (&r.error, r.rct_ms) {
-                (Some(kind), _) => {
-                    s.errors += 1;
-                    *errors.entry(kind.clone()).or_insert(0) += 1;
-                }
-                (None, Some(rct)) => s.rct_ms.push(rct),
-                (None, None) => {}
-            }
-        }
-        for s in by_protocol.values_mut() {
-            s.rct_ms.sort_by(f64::total_cmp);
-        }
-        let mut page_load_ms = page_loads.to_vec();
-        page_load_ms.sort_by(f64::total_cmp);
-        Summary {
-            workload: workload.to_string(),
-            seed,
-            elapsed,
-            requests: records.len(),
-            errors,
-            by_protocol,
-            page_load_ms,
-        }
-    }
-
-    fn to_json(&self) -> serde_json::Value {
-        let stats = |v: &[f64]| {
-            serde_json::json!({
-                "mean_ms": mean(v), "median_ms": percentile(v, 50.0),
-                "p90_ms": percentile(v, 90.0), "p99_ms": percentile(v, 99.0),
-            })
-        };
-        let protocols: HashMap<&String, serde_json::Value> = self
-            .by_protocol
-            .iter()
-            .map(|(p, s)| {
-                let mut v = stats(&s.rct_ms);
-                v["requests"] = s.requests.into();
-                v["errors"] = s.errors.into();
-                (p, v)
-            })
-            .collect();
-        let mut pages = stats(&self.page_load_ms);
-        pages["loads"] = self.page_load_ms.len().into();
-        serde_json::json!({
-            "workload": self.workload, "seed": self.seed, "elapsed_s": self.elapsed.as_secs_f64(),
-            "requests": self.requests, "errors": self.errors, "rct": protocols, "page_load": pages,
-        })
-    }
-
-    pub(crate) fn print(&self, out: &mut impl Write, telemetry: Option<&Path>) -> std::io::Result<()> {
-        let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
-        let error_count: usize = self.errors.values().sum();
-        writeln!(
-            out,
-            "workload {} (seed {}): {} requests in {:.1} s, {} errors{}",
-            self.workload,
-            self.seed,
-            self.requests,
-            self.elapsed.as_secs_f64(),
-            error_count,
-            if self.errors.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({})",
-                    self.errors
-                        .iter()
-                        .map(|(k, n)| format!("{k}: {n}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            }
-        )?;
-        writeln!(
-            out,
-            "{:<9}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}",
-            "protocol", "requests", "errors", "mean_ms", "median_ms", "p90_ms", "p99_ms"
-        )?;
-        for (p, s) in &self.by_protocol {
-            writeln!(
-                out,
-                "{:<9}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}",
-                p,
-                s.requests,
-                s.errors,
-                f(mean(&s.rct_ms)),
-                f(percentile(&s.rct_ms, 50.0)),
-                f(percentile(&s.rct_ms, 90.0)),
-                f(percentile(&s.rct_ms, 99.0)),
-            )?;
-        }
-        if !self.page_load_ms.is_empty() {
-            let v = &self.page_load_ms;
-            writeln!(
-                out,
-                "page loads: {} complete, mean {} ms, median {} ms, p90 {} ms",
-                v.len(),
-                f(mean(v)),
-                f(percentile(v, 50.0)),
-                f(percentile(v, 90.0))
-            )?;
-        }
-        if let Some(t) = telemetry {
-            writeln!(out, "records: {}", t.display())?;
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), Some(50.0));
-        assert_eq!(percentile(&v, 90.0), Some(90.0));
-        assert_eq!(percentile(&v, 99.0), Some(99.0));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
-    }
 }

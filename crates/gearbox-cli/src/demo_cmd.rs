@@ -10,15 +10,15 @@
 //!    QUIC-only, race, v1, v2 and Ideal (`gearbox lab wisetrans demo`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use gearbox_client::replay::{replay_requests, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{Client, ClientConfig, StaticTransport, TransportPref, Trust};
 use gearbox_edge::{Edge, EdgeConfig};
 use gearbox_workload::{Limit, WorkloadSpec};
 
-use crate::client_cmd::{replay_requests, runtime, telemetry_sink, Collect, Summary};
+use crate::client_cmd::{runtime, telemetry_sink};
 
 /// Which parts of the demo run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -170,17 +170,14 @@ fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
         }));
 
         let sink = telemetry_sink(Some(&client_log))?;
-        let records = Arc::new(Mutex::new(Vec::new()));
+        let log = RecordLog::new();
         let started = Instant::now();
         for (name, transport) in [
             ("h1", TransportPref::H1),
             ("h2", TransportPref::Tcp),
             ("h3", TransportPref::Quic),
         ] {
-            let gear = Collect {
-                inner: StaticTransport::new(transport),
-                records: records.clone(),
-            };
+            let gear = RecordingGear::new(StaticTransport::new(transport), log.clone());
             let client_config = ClientConfig {
                 trust: Trust::Roots(vec![cert.clone()]),
                 telemetry: sink.clone(),
@@ -189,16 +186,21 @@ fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
             };
             let client = Client::with_gear(client_config, Box::new(gear)).context("client")?;
             let t = Instant::now();
-            replay_requests(&client, &requests, &target, transport, a.time_scale, 1).await;
+            let options = ReplayOptions {
+                target: target.clone(),
+                transport,
+                time_scale: a.time_scale,
+                paths: 1,
+            };
+            replay_requests(&client, &requests, &options).await?;
             client.flush_telemetry().await;
             println!("  {name}: replayed in {:.1} s", t.elapsed().as_secs_f64());
         }
         let _ = stop.send(());
         serving.await.context("edge task")?;
-        let records = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
-        let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &records, &[]);
+        let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &log.take(), &[]);
         println!();
-        summary.print(&mut std::io::stdout().lock(), Some(&client_log))?;
+        summary.write_table(&mut std::io::stdout().lock(), Some(&client_log))?;
         let edge_records = std::fs::read_to_string(&edge_log)
             .map(|t| t.lines().count())
             .unwrap_or(0);

@@ -4,7 +4,7 @@
 //!
 //! The Python lab calls this command instead of reimplementing the generators:
 //! one generator, one set of presets, the same trace for the same seed in the
-//! emulator, the simulator and the lab (DESIGN.md "One link model, two clocks").
+//! emulator, the simulator and the lab (docs/architecture.md "One link model, two clocks").
 //! A PyO3 binding was the alternative; a subcommand keeps the lab usable with
 //! only the `gearbox` binary built.
 

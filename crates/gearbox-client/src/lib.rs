@@ -9,6 +9,8 @@
 //!   QUIC for each `Auto` request; [`StaticTransport`] is the static baseline.
 //! - [`TransportPref::Race`]: Chromium-style QUIC/TCP racing with broken-QUIC marking
 //!   ([`race`]), the browser baseline of the transport gear.
+//! - [`replay`]: a workload replayed at its send times, and the RCT statistics of the
+//!   replay ([`replay::Summary`]), as `gearbox load` and the demo run them.
 //! - [`BlockingClient`]: the same with its own runtime, for Python.
 //!
 //! Every failure is a typed [`ClientError`] and a record with `error` set; every wait is
@@ -22,6 +24,7 @@ mod error;
 pub mod gear;
 mod page;
 pub mod race;
+pub mod replay;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};

@@ -144,11 +144,11 @@ fn relay_times(events: &str, case: &Case, per_address: usize) -> Result<Vec<Rela
     Ok(out)
 }
 
+/// The `q` quantile (0..=1) of `v`, by the project's one percentile definition
+/// (docs/telemetry.md "Percentiles").
 fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    let h = (v.len() - 1) as f64 * q;
-    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
-    v[lo] + (h - h.floor()) * (v[hi] - v[lo])
+    gearbox_dataplane::stats::percentile(v, q * 100.0).unwrap_or(f64::NAN)
 }
 
 fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String> {

@@ -77,10 +77,11 @@ fn record(rng: &mut SplitMix64, i: u64, protocol: Protocol) -> ClientRecord {
     }
 }
 
-fn percentiles(mut ns: Vec<u64>) -> (f64, f64) {
-    ns.sort_unstable();
-    let at = |p: f64| ns[((p * ns.len() as f64) as usize).min(ns.len() - 1)] as f64 / 1e3;
-    (at(0.50), at(0.99))
+/// p50 and p99 of `ns` (nanoseconds), in microseconds.
+fn percentiles(ns: Vec<u64>) -> (f64, f64) {
+    let us = gearbox_dataplane::stats::sorted(ns.into_iter().map(|n| n as f64 / 1e3));
+    let at = |p: f64| gearbox_dataplane::stats::percentile(&us, p).unwrap_or(f64::NAN);
+    (at(50.0), at(99.0))
 }
 
 fn main() -> std::io::Result<()> {

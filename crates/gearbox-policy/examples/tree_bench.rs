@@ -63,8 +63,9 @@ fn rows_for_model(model: &ParsedModel, n: usize, missing: f64, seed: u64) -> Vec
         .collect()
 }
 
+/// The `p`-th percentile (0..=100) of ascending times.
 fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+    gearbox_dataplane::stats::percentile(sorted, p).unwrap_or(f64::NAN)
 }
 
 /// Best (lowest p50) of three runs, after one warm-up run.
@@ -72,16 +73,16 @@ fn best_of_three(rows: &[f32], features: usize, mut f: impl FnMut(&[f32]) -> f32
     time_rows(rows, features, &mut f);
     let runs: Vec<Vec<f64>> = (0..3).map(|_| time_rows(rows, features, &mut f)).collect();
     runs.into_iter()
-        .min_by(|a, b| pct(a, 0.5).total_cmp(&pct(b, 0.5)))
+        .min_by(|a, b| pct(a, 50.0).total_cmp(&pct(b, 50.0)))
         .unwrap_or_default()
 }
 
 fn line(name: &str, t: &[f64]) {
     println!(
         "    {name:<10} p50 {:>8.0}  p90 {:>8.0}  p99 {:>8.0}",
-        pct(t, 0.5),
-        pct(t, 0.9),
-        pct(t, 0.99)
+        pct(t, 50.0),
+        pct(t, 90.0),
+        pct(t, 99.0)
     );
 }
 
@@ -165,7 +166,7 @@ fn main() {
         println!("    compact batch mean {batch_ns:.0} ns/row");
         println!(
             "    reference / compact at p50: {:.1}x",
-            pct(&reference, 0.5) / pct(&compact, 0.5)
+            pct(&reference, 50.0) / pct(&compact, 50.0)
         );
     }
 }

@@ -1,0 +1,98 @@
+//! `gearbox_client::replay` against gearbox's own edge: a request workload and a page
+//! workload replayed end to end, every request accounted for in the records and the
+//! summary.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, Site};
+use gearbox_client::replay::{replay, RecordLog, RecordingGear, ReplayOptions, Summary};
+use gearbox_client::{Client, StaticTransport, TransportPref};
+use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
+use gearbox_workload::{Limit, WorkloadSpec};
+
+/// Replays the first `n` requests of the built-in workload `name` over `transport` against
+/// an edge on loopback; returns the records and the page load times.
+async fn replay_against_our_edge(
+    name: &str,
+    n: usize,
+    transport: TransportPref,
+) -> (Vec<gearbox_client::ClientRecord>, Vec<f64>, usize) {
+    let site = Site::new();
+    let config = EdgeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cert: site.cert(),
+        key: site.path().join("key.pem"),
+        ..EdgeConfig::default()
+    };
+    let gears = ConnectionGears::from_config(&config);
+    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
+    let target = format!("https://localhost:{}", edge.tcp_addr().port());
+    assert_eq!(
+        edge.tcp_addr().port(),
+        edge.quic_addr().port(),
+        "one port for TCP and QUIC"
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+
+    let spec = WorkloadSpec::builtin(name).expect("built-in workload");
+    let requests = spec.generate(3, Limit::Requests(n));
+    let log = RecordLog::new();
+    let gear = RecordingGear::new(StaticTransport::new(transport), log.clone());
+    let client = Client::with_gear(site.config(), Box::new(gear)).expect("client");
+    let options = ReplayOptions {
+        target,
+        transport,
+        // Think times of minutes would make a slow test; the order and overlap stay.
+        time_scale: 0.001,
+        paths: 1,
+    };
+    let page_loads = bounded(replay(&client, &spec, 3, &requests, &options))
+        .await
+        .expect("replay runs");
+    drop(client);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    (log.take(), page_loads, requests.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_workload_replays_every_request_once_over_the_chosen_protocol() {
+    for (transport, protocol) in [(TransportPref::Tcp, "h2"), (TransportPref::Quic, "h3")] {
+        let (records, page_loads, sent) = replay_against_our_edge("app", 20, transport).await;
+        assert_eq!(records.len(), sent, "{protocol}: one record per request");
+        assert!(page_loads.is_empty(), "not a page workload");
+        let summary = Summary::new("app", 3, Duration::from_secs(1), &records, &page_loads);
+        assert_eq!(summary.errors, Default::default(), "{protocol}: {:?}", summary.errors);
+        assert_eq!(summary.by_protocol.keys().collect::<Vec<_>>(), [protocol]);
+        let stats = &summary.by_protocol[protocol];
+        assert_eq!((stats.requests, stats.rct_ms.len()), (sent, sent));
+        let mut clicks: Vec<u32> = records.iter().filter_map(|r| r.click).collect();
+        clicks.dedup();
+        assert!(clicks.len() > 1, "the 20 requests span several clicks: {clicks:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_workload_replays_one_page_load_per_click() {
+    let spec = WorkloadSpec::builtin("page").unwrap();
+    let requests = spec.generate(3, Limit::Requests(40));
+    let clicks = requests.last().unwrap().click as usize + 1;
+    let (records, page_loads, _) = replay_against_our_edge("page", 40, TransportPref::Tcp).await;
+    assert!(clicks > 1, "40 objects span several pages");
+    assert_eq!(page_loads.len(), clicks, "every page completed");
+    assert!(page_loads.iter().all(|ms| *ms > 0.0));
+    let mut seen: Vec<u32> = records.iter().filter_map(|r| r.click).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        (0..clicks as u32).collect::<Vec<_>>(),
+        "each click's objects are recorded"
+    );
+    assert!(records.iter().all(|r| r.error.is_none()));
+}
