@@ -9,7 +9,17 @@ scripts/setup.sh
 echo "== rustfmt"; cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"; cargo build -p gearbox-cli --locked
-GEARBOX_BIN="$PWD/target/debug/gearbox" cargo test --workspace --locked
+cargo_log=$(mktemp)
+trap 'rm -f "$cargo_log"' EXIT
+GEARBOX_BIN="$PWD/target/debug/gearbox" cargo test --workspace --locked 2>&1 | tee "$cargo_log"
+# An ignored Rust test is a skipped one. The only ones allowed are the helpers other
+# tests run as child processes, marked #[ignore = "helper: ..."].
+ignored=$(grep -E '^test result:' "$cargo_log" | grep -Eo '[0-9]+ ignored' | awk '{s += $1} END {print s + 0}')
+helpers=$(grep -rhoE '#\[ignore = "helper: ' crates --include='*.rs' | wc -l)
+if [ "$ignored" -ne "$helpers" ]; then
+  echo "cargo test ignored $ignored tests; only the $helpers marked #[ignore = \"helper: ...\"] may be" >&2
+  exit 1
+fi
 echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
 # Everything the tests need is installed above, so a skipped test is a failed one here
 # (python/tests/require_all.py).
