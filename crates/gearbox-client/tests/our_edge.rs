@@ -5,19 +5,11 @@ mod common;
 
 use common::{bounded, Site};
 use gearbox_client::{Bytes, Protocol, Request, TransportPref};
-use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol() {
     let site = Site::new();
-    let config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cert: site.cert(),
-        key: site.path().join("key.pem"),
-        ..EdgeConfig::default()
-    };
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
+    let edge = site.default_edge().await;
     let (tcp, quic) = (edge.tcp_addr(), edge.quic_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(edge.serve(async {

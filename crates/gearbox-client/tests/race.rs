@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{bounded, Site};
 use gearbox_client::{Protocol, Request, TransportPref};
-use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
+use gearbox_edge::EdgeConfig;
 
 /// An edge on loopback; `quic_elsewhere` puts its QUIC listener on another port, so
 /// UDP sent to the TCP port reaches nothing (as when a network drops UDP).
@@ -21,15 +21,13 @@ async fn edge(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
 ) {
-    let config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        quic_listen: quic_elsewhere.then(|| "127.0.0.1:0".parse().unwrap()),
-        cert: site.cert(),
-        key: site.path().join("key.pem"),
-        ..EdgeConfig::default()
-    };
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
+    let edge = site
+        .edge(EdgeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            quic_listen: quic_elsewhere.then(|| "127.0.0.1:0".parse().unwrap()),
+            ..EdgeConfig::default()
+        })
+        .await;
     let tcp = edge.tcp_addr();
     if quic_elsewhere {
         assert_ne!(edge.quic_addr().port(), tcp.port(), "QUIC must listen elsewhere");

@@ -9,7 +9,6 @@ use std::time::Duration;
 use common::{bounded, Site};
 use gearbox_client::replay::{replay, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{Client, StaticTransport, TransportPref};
-use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use gearbox_workload::{Limit, WorkloadSpec};
 
 /// Replays the first `n` requests of the built-in workload `name` over `transport` against
@@ -20,14 +19,7 @@ async fn replay_against_our_edge(
     transport: TransportPref,
 ) -> (Vec<gearbox_client::ClientRecord>, Vec<f64>, usize) {
     let site = Site::new();
-    let config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cert: site.cert(),
-        key: site.path().join("key.pem"),
-        ..EdgeConfig::default()
-    };
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds on loopback");
+    let edge = site.default_edge().await;
     let target = format!("https://localhost:{}", edge.tcp_addr().port());
     assert_eq!(
         edge.tcp_addr().port(),

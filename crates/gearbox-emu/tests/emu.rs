@@ -492,16 +492,14 @@ fn multipath_config() -> EmuConfig {
     ))
 }
 
-#[test]
-fn short_and_long_round_trips_are_exact() {
-    let _g = setup();
-    let floor = loopback_floor_ms();
+/// Probes single paths of 10 and 200 ms RTT (the ends of the range the lab uses).
+fn short_and_long_single_paths_are_exact(what: &str, floor: f64) {
     for rtt in [10.0, 200.0] {
         let cfg = single(&format!("rate_bps = 100_000_000\ndelay_ms = {}", rtt / 2.0));
         let emu = Emulator::start(&cfg, &EmulatorOptions::default()).unwrap();
         let rtts = udp_rtts(&emu, 20, Duration::from_millis(5));
         assert_rtts(
-            &format!("single {rtt} ms"),
+            &format!("{what}single {rtt} ms"),
             &rtts,
             &[rtt],
             MEDIAN_TOLERANCE_MS,
@@ -512,23 +510,17 @@ fn short_and_long_round_trips_are_exact() {
 }
 
 #[test]
+fn short_and_long_round_trips_are_exact() {
+    let _g = setup();
+    short_and_long_single_paths_are_exact("", loopback_floor_ms());
+}
+
+#[test]
 fn round_trips_stay_exact_while_another_process_keeps_both_cores_busy() {
     let _g = setup();
     let _load = CpuLoad::start();
     let floor = loopback_floor_ms();
-    for rtt in [10.0, 200.0] {
-        let cfg = single(&format!("rate_bps = 100_000_000\ndelay_ms = {}", rtt / 2.0));
-        let emu = Emulator::start(&cfg, &EmulatorOptions::default()).unwrap();
-        let rtts = udp_rtts(&emu, 20, Duration::from_millis(5));
-        assert_rtts(
-            &format!("loaded, single {rtt} ms"),
-            &rtts,
-            &[rtt],
-            MEDIAN_TOLERANCE_MS,
-            floor,
-            &emu.hop_compensation(),
-        );
-    }
+    short_and_long_single_paths_are_exact("loaded, ", floor);
     let emu = Emulator::start(&multipath_config(), &EmulatorOptions::default()).unwrap();
     let rtts = udp_rtts(&emu, 20, Duration::from_millis(5));
     assert_rtts(

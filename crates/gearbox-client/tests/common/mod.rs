@@ -79,6 +79,29 @@ impl Site {
         self.dir.path().join("cert.pem")
     }
 
+    /// Our own edge on loopback (TCP and UDP on one free port, unless `config`
+    /// sets them), serving with this site's certificate.
+    pub async fn edge(&self, config: gearbox_edge::EdgeConfig) -> gearbox_edge::Edge {
+        let config = gearbox_edge::EdgeConfig {
+            cert: self.cert(),
+            key: self.path().join("key.pem"),
+            ..config
+        };
+        let gears = gearbox_edge::ConnectionGears::from_config(&config);
+        gearbox_edge::Edge::bind(config, gears)
+            .await
+            .expect("edge binds on loopback")
+    }
+
+    /// [`Site::edge`] with the defaults: both protocols on one loopback port.
+    pub async fn default_edge(&self) -> gearbox_edge::Edge {
+        self.edge(gearbox_edge::EdgeConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            ..gearbox_edge::EdgeConfig::default()
+        })
+        .await
+    }
+
     /// A client that trusts exactly this site's certificate.
     pub fn client(&self) -> Client {
         Client::new(self.config()).expect("client")
