@@ -77,7 +77,12 @@ fn bench(cfg: &EmuConfig, options: &EmulatorOptions, seconds: u32) -> Result<Fig
 
 fn main() {
     let seconds: u32 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10);
-    let events = std::env::temp_dir().join(format!("gearbox-emu-bench-{}.jsonl", std::process::id()));
+    // The event log goes to a fresh private folder (removed at the end), never a predictable /tmp name.
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| {
+        eprintln!("cannot make a scratch folder: {e}");
+        std::process::exit(1)
+    });
+    let events = scratch.path().join("events.jsonl");
     let cases = [
         (
             "max: 100 Gbit/s link, no delay",
@@ -122,7 +127,6 @@ fn main() {
             Err(e) => println!("| {name} | failed: {e} | |"),
         }
     }
-    let _ = std::fs::remove_file(&events);
 }
 
 fn num_cpus() -> usize {

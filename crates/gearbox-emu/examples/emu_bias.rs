@@ -158,7 +158,8 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
         case.toml.clone()
     };
     let cfg = EmuConfig::from_toml_str(&toml, case.name, None).map_err(|e| e.to_string())?;
-    let log = std::env::temp_dir().join(format!("gearbox-emu-bias-{}-{}.jsonl", std::process::id(), case.name));
+    let scratch = tempfile::tempdir().map_err(|e| format!("scratch folder: {e}"))?;
+    let log = scratch.path().join("events.jsonl");
     let options = EmulatorOptions {
         events: Some(log.clone()),
         ..Default::default()
@@ -179,7 +180,6 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
         report.calibration_probes
     );
     let text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let _ = std::fs::remove_file(&log);
     let relay = relay_times(&text, case, count)?;
     for (a, (want, ps)) in case.rtt_ms.iter().zip(&probes).enumerate() {
         let us = |d: Duration| d.as_micros() as f64;
