@@ -22,10 +22,9 @@
 //!   (relay timer lateness, the TUN write, the receiver's wake-up);
 //! - `echo`: the echo thread's turnaround.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use gearbox_emu::probe::{ms, udp_echo_probes, ProbeTimes};
+use gearbox_emu::probe::{ms, udp_echo_probes, CpuLoad, ProbeTimes};
 use gearbox_emu::{EmuConfig, Emulator, EmulatorOptions};
 
 struct Case {
@@ -95,7 +94,6 @@ fn cases() -> Vec<Case> {
 struct RelayTimes {
     up_enqueue: u64,
     up_due: u64,
-    up_departed: u64,
     down_enqueue: u64,
     down_due: u64,
 }
@@ -109,7 +107,7 @@ fn relay_times(events: &str, case: &Case, per_address: usize) -> Result<Vec<Rela
     }
     let n = case.rtt_ms.len() * per_address;
     let mut out = vec![RelayTimes::default(); n];
-    let pick = |dir: &str, event: &str, labels: &dyn Fn(usize) -> String| -> Result<Vec<(u64, u64)>, String> {
+    let pick = |dir: &str, event: &str, labels: &dyn Fn(usize) -> String| -> Result<Vec<u64>, String> {
         let mut found = Vec::new();
         let mut k = 0;
         for e in &parsed {
@@ -118,7 +116,7 @@ fn relay_times(events: &str, case: &Case, per_address: usize) -> Result<Vec<Rela
             }
             if e["dir"] == dir && e["event"] == event && e["link"] == labels(k / per_address).as_str() {
                 let t = e["t_us"].as_u64().ok_or("event without t_us")?;
-                found.push((t, e["departed_us"].as_u64().unwrap_or(0)));
+                found.push(t);
                 k += 1;
             }
         }
@@ -129,16 +127,16 @@ fn relay_times(events: &str, case: &Case, per_address: usize) -> Result<Vec<Rela
     };
     let entry = |a: usize| case.up_entry[a].clone();
     let exit = |a: usize| case.up_exit[a].clone();
-    for (k, (t, _)) in pick("up", "enqueue", &entry)?.into_iter().enumerate() {
+    for (k, t) in pick("up", "enqueue", &entry)?.into_iter().enumerate() {
         out[k].up_enqueue = t;
     }
-    for (k, (t, d)) in pick("up", "deliver", &exit)?.into_iter().enumerate() {
-        (out[k].up_due, out[k].up_departed) = (t, d);
+    for (k, t) in pick("up", "deliver", &exit)?.into_iter().enumerate() {
+        out[k].up_due = t;
     }
-    for (k, (t, _)) in pick("down", "enqueue", &exit)?.into_iter().enumerate() {
+    for (k, t) in pick("down", "enqueue", &exit)?.into_iter().enumerate() {
         out[k].down_enqueue = t;
     }
-    for (k, (t, _)) in pick("down", "deliver", &entry)?.into_iter().enumerate() {
+    for (k, t) in pick("down", "deliver", &entry)?.into_iter().enumerate() {
         out[k].down_due = t;
     }
     Ok(out)
@@ -172,8 +170,8 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
         "{:<11} compensation µs: out towards client {:.0}, towards server {:.0} (applied unless --uncompensated); \
          mean TUN wait {:.0} µs ({} tapped, {} untapped packets, {} calibration probes)",
         case.name,
-        h.towards_client().as_secs_f64() * 1e6,
-        h.towards_server().as_secs_f64() * 1e6,
+        h.client_out.as_secs_f64() * 1e6,
+        h.server_out.as_secs_f64() * 1e6,
         report.mean_tun_wait.as_secs_f64() * 1e6,
         report.tapped_arrivals,
         report.untapped_arrivals,
@@ -198,7 +196,6 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
         let in_down = col(&|p, r| r.down_enqueue as f64 - us(p.echo_sent));
         let link_down = col(&|_, r| (r.down_due - r.down_enqueue) as f64 - one_way_us);
         let out_down = col(&|p, r| us(p.received) - r.down_due as f64);
-        let _ = rows.first().map(|(_, r)| r.up_departed);
         println!(
             "{:<11} {:>2} {:>6.1} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} | up in {:>7} link {:>5} out {:>7} | echo {:>5} | down in {:>7} link {:>5} out {:>7}",
             case.name,
@@ -218,33 +215,6 @@ fn run_case(case: &Case, count: usize, uncompensated: bool) -> Result<(), String
         );
     }
     Ok(())
-}
-
-/// Two spinning processes at normal priority: both cores busy.
-struct Load(Vec<Child>);
-
-impl Load {
-    fn start() -> std::io::Result<Self> {
-        let mut v = Vec::new();
-        for _ in 0..2 {
-            v.push(
-                Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .stdin(Stdio::null())
-                    .spawn()?,
-            );
-        }
-        Ok(Load(v))
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 fn main() {
@@ -278,7 +248,7 @@ fn main() {
         v
     };
     let _load = load.then(|| {
-        Load::start().unwrap_or_else(|e| {
+        CpuLoad::start().unwrap_or_else(|e| {
             eprintln!("cannot start the CPU load: {e}");
             std::process::exit(1)
         })

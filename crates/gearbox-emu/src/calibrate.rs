@@ -119,9 +119,9 @@ fn ip_checksum(header: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// The relay's answer to `probe` (an IPv4 packet back to its sender), stamped
-/// with `written_at`, the moment the relay starts writing it.
-pub fn answer(probe: &[u8], seq: u32, written_at: Duration) -> Option<Vec<u8>> {
+/// The relay's answer to `probe` (an IPv4 packet back to its sender), to be
+/// stamped with [`stamp_answer`] the moment the relay starts writing it.
+pub fn answer(probe: &[u8], seq: u32) -> Option<Vec<u8>> {
     let src: [u8; 4] = probe.get(12..16)?.try_into().ok()?;
     let dst: [u8; 4] = probe.get(16..20)?.try_into().ok()?;
     let mut p = vec![0u8; IP_HEADER + PAYLOAD_LEN];
@@ -135,8 +135,14 @@ pub fn answer(probe: &[u8], seq: u32, written_at: Duration) -> Option<Vec<u8>> {
     p[10..12].copy_from_slice(&sum.to_be_bytes());
     p[20..24].copy_from_slice(&MAGIC);
     p[24..28].copy_from_slice(&seq.to_be_bytes());
-    p[28..36].copy_from_slice(&(written_at.as_nanos() as u64).to_be_bytes());
     Some(p)
+}
+
+/// Puts the moment its write starts (`written_at`, relay clock) into an [`answer`].
+pub fn stamp_answer(answer: &mut [u8], written_at: Duration) {
+    if let Some(t) = answer.get_mut(28..36) {
+        t.copy_from_slice(&(written_at.as_nanos() as u64).to_be_bytes());
+    }
 }
 
 /// A lower bound of a stream of latency samples: the minimum of the last
@@ -203,11 +209,6 @@ impl LowEstimate {
     pub fn samples(&self) -> u64 {
         self.samples
     }
-
-    /// The samples in the window.
-    pub fn recent(&self) -> &[Duration] {
-        &self.window[..(self.samples as usize).min(WINDOW)]
-    }
 }
 
 /// The compensation in force, shared between the relay (which writes it) and
@@ -234,18 +235,6 @@ pub struct HopCompensation {
     pub client_send: Duration,
     /// A sender's path in the server namespace.
     pub server_send: Duration,
-}
-
-impl HopCompensation {
-    /// How early packets towards the client namespace are written.
-    pub fn towards_client(&self) -> Duration {
-        self.client_out
-    }
-
-    /// How early packets towards the server namespace are written.
-    pub fn towards_server(&self) -> Duration {
-        self.server_out
-    }
 }
 
 impl Shared {
@@ -408,7 +397,8 @@ mod tests {
 
     #[test]
     fn an_answer_goes_back_to_the_sender_with_a_valid_header() {
-        let a = answer(&probe(9, 0, 0), 9, Duration::from_micros(42)).unwrap();
+        let mut a = answer(&probe(9, 0, 0), 9).unwrap();
+        stamp_answer(&mut a, Duration::from_micros(42));
         assert_eq!(&a[12..16], &[10, 0, 0, 1]);
         assert_eq!(&a[16..20], &[100, 64, 0, 1]);
         assert_eq!(ip_checksum(&a[..IP_HEADER]), 0, "a correct header sums to zero");

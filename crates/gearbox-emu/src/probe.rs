@@ -182,6 +182,36 @@ fn echo_probes(
     Ok(all)
 }
 
+/// Two spinning `sh` processes at normal priority, so both cores of a 2-core
+/// machine are busy while it lives: the "loaded" condition of the accuracy
+/// tests and of `examples/emu_bias.rs`. Killed and reaped on drop.
+pub struct CpuLoad(Vec<std::process::Child>);
+
+impl CpuLoad {
+    /// Starts the two processes.
+    pub fn start() -> std::io::Result<Self> {
+        let mut load = CpuLoad(Vec::new());
+        for _ in 0..2 {
+            load.0.push(
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(std::process::Stdio::null())
+                    .spawn()?,
+            );
+        }
+        Ok(load)
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Milliseconds of a duration, for reports.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3

@@ -227,8 +227,8 @@ struct Relay {
     /// Apply the estimates (`relay.compensate_hops`).
     compensate: bool,
     calibration_probes: u64,
-    /// Calibration answers waiting for their time: (due, side, probe, seq).
-    answers: VecDeque<(Duration, Side, Vec<u8>, u32)>,
+    /// Calibration answers waiting for their time: (due, side, answer).
+    answers: VecDeque<(Duration, Side, Vec<u8>)>,
 }
 
 fn side_index(side: Side) -> usize {
@@ -412,7 +412,9 @@ impl Relay {
         }
         self.update_compensation();
         let due = self.now() + calibrate::ANSWER_DELAY;
-        self.answers.push_back((due, from, packet.to_vec(), probe.seq));
+        if let Some(a) = calibrate::answer(packet, probe.seq) {
+            self.answers.push_back((due, from, a));
+        }
     }
 
     /// Publishes the compensation of each side: packets towards it are written
@@ -439,22 +441,17 @@ impl Relay {
     /// Writes the calibration answers that are due, each stamped with the
     /// moment its write starts.
     fn write_answers(&mut self) {
-        while let Some((due, side, _, _)) = self.answers.front() {
-            if *due > self.now() {
-                break;
-            }
-            let side = *side;
-            let Some((_, _, probe, seq)) = self.answers.pop_front() else {
+        while self.answers.front().is_some_and(|(due, _, _)| *due <= self.now()) {
+            let Some((_, side, mut answer)) = self.answers.pop_front() else {
                 break;
             };
             let fd = match side {
                 Side::Client => self.client_tun.as_raw_fd(),
                 Side::Server => self.server_tun.as_raw_fd(),
             };
-            if let Some(a) = calibrate::answer(&probe, seq, self.now()) {
-                if sys::write_packet(fd, &a).is_err() {
-                    self.tun_write_errors += 1;
-                }
+            calibrate::stamp_answer(&mut answer, self.now());
+            if sys::write_packet(fd, &answer).is_err() {
+                self.tun_write_errors += 1;
             }
         }
     }

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gearbox_emu::probe::ms;
+use gearbox_emu::probe::{ms, CpuLoad};
 use gearbox_emu::{EmuConfig, Emulator, EmulatorOptions, RunOptions, Side};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -198,34 +198,6 @@ fn assert_rtts(
             "{what} address {a}: median RTT {med:.3} ms, want at most {want} + {tolerance_ms} ms \
              (loopback floor {floor_ms:.3} ms) ({hops:?})"
         );
-    }
-}
-
-/// Two spinning processes at normal priority: both cores busy while it lives.
-struct CpuLoad(Vec<std::process::Child>);
-
-impl CpuLoad {
-    fn start() -> Self {
-        CpuLoad(
-            (0..2)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .stdin(Stdio::null())
-                        .spawn()
-                        .expect("start a CPU-bound sh")
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for CpuLoad {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -518,7 +490,7 @@ fn short_and_long_round_trips_are_exact() {
 #[test]
 fn round_trips_stay_exact_while_another_process_keeps_both_cores_busy() {
     let _g = setup();
-    let _load = CpuLoad::start();
+    let _load = CpuLoad::start().expect("start two CPU-bound sh processes");
     let floor = loopback_floor_ms();
     short_and_long_single_paths_are_exact("loaded, ", floor);
     let emu = Emulator::start(&multipath_config(), &EmulatorOptions::default()).unwrap();
