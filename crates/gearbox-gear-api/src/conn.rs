@@ -24,32 +24,59 @@ use crate::decision::Decision;
 use crate::record::EdgeRecord;
 use crate::transport::Transport;
 
-/// A congestion control algorithm a connection can run on both of the edge's stacks.
+/// A congestion control algorithm a connection can run.
 ///
-/// Floo's candidates are Cubic, BBR, Copa and Westwood (Floo §2.1); the last two join
-/// here when the controller suite implements them on both stacks.
+/// Floo's candidates are Cubic, BBR, Copa and Westwood+ (Floo §2.1), NewReno is the
+/// RFC baseline and PCC Vivace the learned-rate baseline of Floo §5.2. Every one runs on
+/// QUIC (the suite's own controllers); on kernel TCP, NewReno, Cubic and BBR are the
+/// kernel's and Westwood+ gearbox's BPF controller, while Copa and Vivace have no
+/// kernel implementation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Cca {
-    /// NewReno (RFC 9002 for QUIC; the kernel's `reno` for TCP).
+    /// NewReno (RFC 9002 §7 for QUIC; the kernel's `reno` for TCP).
     NewReno,
     /// CUBIC (RFC 9438).
     Cubic,
-    /// BBR (v1).
+    /// BBR v1 (Cardwell et al., ACM Queue 2016).
     Bbr,
+    /// Copa (Arun & Balakrishnan, NSDI 2018).
+    Copa,
+    /// TCP Westwood+ (Grieco & Mascolo, 2004).
+    Westwood,
+    /// PCC Vivace (Dong et al., NSDI 2018).
+    Vivace,
 }
 
 impl Cca {
     /// Every algorithm.
-    pub const ALL: [Cca; 3] = [Cca::NewReno, Cca::Cubic, Cca::Bbr];
+    pub const ALL: [Cca; 6] = [
+        Cca::NewReno,
+        Cca::Cubic,
+        Cca::Bbr,
+        Cca::Copa,
+        Cca::Westwood,
+        Cca::Vivace,
+    ];
 
-    /// `newreno`, `cubic` or `bbr`.
+    /// `newreno`, `cubic`, `bbr`, `copa`, `westwood` or `vivace`.
     pub fn name(self) -> &'static str {
         match self {
             Cca::NewReno => "newreno",
             Cca::Cubic => "cubic",
             Cca::Bbr => "bbr",
+            Cca::Copa => "copa",
+            Cca::Westwood => "westwood",
+            Cca::Vivace => "vivace",
         }
+    }
+
+    /// The algorithm named `name` (case-insensitive; `reno` is NewReno).
+    pub fn from_name(name: &str) -> Option<Cca> {
+        if name.eq_ignore_ascii_case("reno") {
+            return Some(Cca::NewReno);
+        }
+        Cca::ALL.into_iter().find(|c| c.name().eq_ignore_ascii_case(name))
     }
 }
 

@@ -1,0 +1,500 @@
+//! Switching a live connection's congestion controller (Floo §3.4).
+//!
+//! quinn builds a connection's controller once, from the factory in its transport
+//! config, and keeps it private: nothing outside can replace it. So the switch lives
+//! inside the controller. [`Switchable`] is the controller quinn runs; it owns the
+//! active [`Algorithm`] and the connection-level [`PathState`], and it takes switch
+//! requests from a [`SwitchHandle`] that the edge keeps beside the connection.
+//!
+//! Two modes, so Floo's Fig. 13 comparison can be made:
+//! - **Full** (Floo's default): phase migration and variable migration. The switch waits
+//!   until the running algorithm is in its converged phase (at most
+//!   [`SwitchConfig::max_defer`]), the new one starts in its converged phase from the
+//!   old one's sending rate (cwnd and pacing rate, converted through the RTT), reading
+//!   the observation variables kept here; a switch into BBR enters ProbeRTT first
+//!   (Fig. 12d). Parameter variables are each algorithm's configuration and stay; the
+//!   rest take their defaults.
+//! - **Part** (P-Floo): only the connection-level variables carry over; the new
+//!   algorithm starts from its defaults (initial window, slow start), at once.
+//!
+//! A request replaces one still pending (the gear's latest choice wins); a switch to the
+//! algorithm already running is a no-op, recorded as such. Every request ends in one
+//! [`SwitchRecord`] given to the handle's observer.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gearbox_gear_api::Cca;
+use quinn_proto::congestion::{Controller, ControllerFactory, ControllerMetrics};
+use quinn_proto::RttEstimator;
+
+use crate::algorithm::{Ack, Algorithm, Phase, SendingRate};
+use crate::config::CcConfig;
+use crate::path::{PathEstimator, PathState};
+
+/// How much of the running controller's state a switch carries (Floo §3.4, §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SwitchMode {
+    /// Phase and variable migration (Floo).
+    Full,
+    /// Connection-level variables only (P-Floo).
+    Part,
+}
+
+impl SwitchMode {
+    /// `full` or `part`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SwitchMode::Full => "full",
+            SwitchMode::Part => "part",
+        }
+    }
+}
+
+/// How a switch request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchOutcome {
+    /// The controller changed.
+    Switched,
+    /// The requested algorithm was already running: nothing changed.
+    NoOp,
+    /// A newer request arrived while this one waited; this one was dropped.
+    Replaced,
+}
+
+/// One switch request's result, for telemetry (Floo §3.4; the figures of Fig. 3, 12).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SwitchRecord {
+    /// Time since the controller was built (the connection's age), seconds.
+    pub at_s: f64,
+    /// The algorithm running before.
+    pub from: Cca,
+    /// The algorithm asked for.
+    pub to: Cca,
+    /// Mode asked for.
+    pub mode: SwitchMode,
+    /// What happened.
+    pub outcome: SwitchOutcome,
+    /// Phase of the old algorithm when it was switched out (its own name for it).
+    pub phase_before: String,
+    /// Phase of the algorithm running after.
+    pub phase_after: String,
+    /// Congestion window before, bytes.
+    pub cwnd_before: u64,
+    /// Congestion window after, bytes.
+    pub cwnd_after: u64,
+    /// Pacing rate before, bytes per second.
+    pub pacing_rate_before: u64,
+    /// Pacing rate after, bytes per second.
+    pub pacing_rate_after: u64,
+    /// How long the switch waited for a converged phase, seconds.
+    pub deferred_s: f64,
+}
+
+/// Switching options, part of [`CcConfig`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwitchConfig {
+    /// Longest a full switch waits for the running algorithm to reach its converged
+    /// phase before switching anyway, seconds. Floo gives no bound; 2 s is a sixth of
+    /// its 12 s selection period, so a deferred switch still acts within the period.
+    pub max_defer_s: f64,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig { max_defer_s: 2.0 }
+    }
+}
+
+impl SwitchConfig {
+    /// The bound as a duration.
+    pub fn max_defer(&self) -> Duration {
+        Duration::from_secs_f64(self.max_defer_s.clamp(0.0, 3600.0))
+    }
+}
+
+/// A live view of a switchable controller, updated at every ACK frame: what Floo's
+/// monitor reads about the controller (§3.2 Table 2's cwnd, pacing rate, current CCA)
+/// and the path (delivery rate, min RTT, RTT variance, losses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerStatus {
+    /// Running algorithm.
+    pub cca: Cca,
+    /// Its phase, by its own name.
+    pub phase: &'static str,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Intended sending rate, bytes per second.
+    pub pacing_rate: u64,
+    /// The path as the connection sees it.
+    pub path: PathState,
+}
+
+type Observer = Arc<dyn Fn(&SwitchRecord) + Send + Sync>;
+
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    to: Cca,
+    mode: SwitchMode,
+}
+
+struct Shared {
+    has_request: AtomicBool,
+    request: Mutex<Option<Request>>,
+    status: Mutex<Option<ControllerStatus>>,
+    observer: Mutex<Option<Observer>>,
+    switches: AtomicU64,
+}
+
+/// The edge's hold on one connection's controller: ask for a switch, read its status.
+/// Cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct SwitchHandle(Arc<Shared>);
+
+impl fmt::Debug for SwitchHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SwitchHandle")
+            .field("switches", &self.switches())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SwitchHandle {
+    fn default() -> Self {
+        SwitchHandle::new()
+    }
+}
+
+impl SwitchHandle {
+    /// A handle with no controller yet; give it to [`SwitchableFactory::with_handle`].
+    pub fn new() -> Self {
+        SwitchHandle(Arc::new(Shared {
+            has_request: AtomicBool::new(false),
+            request: Mutex::new(None),
+            status: Mutex::new(None),
+            observer: Mutex::new(None),
+            switches: AtomicU64::new(0),
+        }))
+    }
+
+    /// Asks the controller to run `to`, switching in `mode`. Takes effect inside the
+    /// controller at its next event (a send or an ACK frame); a request still waiting
+    /// there is replaced by this one.
+    pub fn switch_to(&self, to: Cca, mode: SwitchMode) {
+        *lock(&self.0.request) = Some(Request { to, mode });
+        self.0.has_request.store(true, Ordering::Release);
+    }
+
+    /// Calls `observer` with the record of every request this controller finishes.
+    pub fn set_observer(&self, observer: impl Fn(&SwitchRecord) + Send + Sync + 'static) {
+        *lock(&self.0.observer) = Some(Arc::new(observer));
+    }
+
+    /// The controller as of its latest ACK frame (None before the first).
+    pub fn status(&self) -> Option<ControllerStatus> {
+        lock(&self.0.status).clone()
+    }
+
+    /// Switches that changed the controller so far.
+    pub fn switches(&self) -> u64 {
+        self.0.switches.load(Ordering::Relaxed)
+    }
+
+    fn take_request(&self) -> Option<Request> {
+        if !self.0.has_request.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        lock(&self.0.request).take()
+    }
+
+    fn record(&self, record: &SwitchRecord) {
+        if record.outcome == SwitchOutcome::Switched {
+            self.0.switches.fetch_add(1, Ordering::Relaxed);
+        }
+        let observer = lock(&self.0.observer).clone();
+        if let Some(observer) = observer {
+            observer(record);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The controller quinn runs for every connection of the suite's algorithms.
+#[derive(Debug)]
+pub struct Switchable {
+    config: Arc<CcConfig>,
+    cca: Cca,
+    algorithm: Box<dyn Algorithm>,
+    path: PathState,
+    estimator: PathEstimator,
+    handle: SwitchHandle,
+    pending: Option<(Request, Instant)>,
+    initial_window: u64,
+    created: Instant,
+    app_limited: bool,
+}
+
+impl Switchable {
+    /// A controller running `cca` from `initial_window` bytes, switched through
+    /// `handle`.
+    pub fn new(
+        config: Arc<CcConfig>,
+        cca: Cca,
+        initial_window: u64,
+        handle: SwitchHandle,
+        now: Instant,
+        mtu: u16,
+    ) -> Self {
+        let path = PathState::new(mtu, crate::config::INITIAL_RTT);
+        let algorithm = config.build(cca, initial_window, now, &path);
+        Switchable {
+            config,
+            cca,
+            algorithm,
+            path,
+            estimator: PathEstimator::new(),
+            handle,
+            pending: None,
+            initial_window,
+            created: now,
+            app_limited: false,
+        }
+    }
+
+    /// The algorithm running now.
+    pub fn cca(&self) -> Cca {
+        self.cca
+    }
+
+    /// The running algorithm.
+    pub fn algorithm(&self) -> &dyn Algorithm {
+        self.algorithm.as_ref()
+    }
+
+    /// The connection-level observations.
+    pub fn path(&self) -> &PathState {
+        &self.path
+    }
+
+    /// Switches now, in the calling thread (what [`SwitchHandle::switch_to`] does at
+    /// the controller's next event, without the deferral of a full switch).
+    pub fn switch_now(&mut self, now: Instant, to: Cca, mode: SwitchMode) -> SwitchRecord {
+        self.apply(now, Request { to, mode }, Duration::ZERO)
+    }
+
+    fn poll_switch(&mut self, now: Instant) {
+        if let Some(req) = self.handle.take_request() {
+            if let Some((old, _)) = self.pending.take() {
+                let rec = self.record(now, old, SwitchOutcome::Replaced, Duration::ZERO);
+                self.handle.record(&rec);
+            }
+            self.pending = Some((req, now));
+        }
+        let Some((req, seen)) = self.pending else {
+            return;
+        };
+        let waited = now.saturating_duration_since(seen);
+        let converged = self.algorithm.phase() == Phase::Converged;
+        if req.mode == SwitchMode::Full && req.to != self.cca && !converged && waited < self.config.switch.max_defer() {
+            return;
+        }
+        self.pending = None;
+        let rec = self.apply(now, req, waited);
+        self.handle.record(&rec);
+    }
+
+    fn record(&self, now: Instant, req: Request, outcome: SwitchOutcome, deferred: Duration) -> SwitchRecord {
+        let rate = self.algorithm.sending_rate(&self.path);
+        SwitchRecord {
+            at_s: now.saturating_duration_since(self.created).as_secs_f64(),
+            from: self.cca,
+            to: req.to,
+            mode: req.mode,
+            outcome,
+            phase_before: self.algorithm.phase_name().to_string(),
+            phase_after: self.algorithm.phase_name().to_string(),
+            cwnd_before: self.algorithm.window(),
+            cwnd_after: self.algorithm.window(),
+            pacing_rate_before: rate.pacing_rate,
+            pacing_rate_after: rate.pacing_rate,
+            deferred_s: deferred.as_secs_f64(),
+        }
+    }
+
+    fn apply(&mut self, now: Instant, req: Request, deferred: Duration) -> SwitchRecord {
+        if req.to == self.cca {
+            return self.record(now, req, SwitchOutcome::NoOp, deferred);
+        }
+        let mut rec = self.record(now, req, SwitchOutcome::Switched, deferred);
+        let before: SendingRate = self.algorithm.sending_rate(&self.path);
+        let mut next = self.config.build(req.to, self.initial_window, now, &self.path);
+        if req.mode == SwitchMode::Full {
+            next.enter_converged(now, before, &self.path);
+        }
+        self.algorithm = next;
+        self.cca = req.to;
+        let after = self.algorithm.sending_rate(&self.path);
+        rec.phase_after = self.algorithm.phase_name().to_string();
+        rec.cwnd_after = self.algorithm.window();
+        rec.pacing_rate_after = after.pacing_rate;
+        rec
+    }
+
+    fn publish_status(&self) {
+        // try_lock: a reader holding the lock costs this ACK frame its update, never a
+        // wait on the connection's path.
+        if let Ok(mut status) = self.handle.0.status.try_lock() {
+            let rate = self.algorithm.sending_rate(&self.path);
+            match status.as_mut() {
+                Some(s) => {
+                    s.cca = self.cca;
+                    s.phase = self.algorithm.phase_name();
+                    s.cwnd = self.algorithm.window();
+                    s.pacing_rate = rate.pacing_rate;
+                    s.path.clone_from(&self.path);
+                }
+                None => {
+                    *status = Some(ControllerStatus {
+                        cca: self.cca,
+                        phase: self.algorithm.phase_name(),
+                        cwnd: self.algorithm.window(),
+                        pacing_rate: rate.pacing_rate,
+                        path: self.path.clone(),
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl Controller for Switchable {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.estimator.on_sent(&mut self.path, now, bytes, self.app_limited);
+        self.algorithm.on_sent(now, bytes, &self.path);
+        if self.pending.is_some() || self.handle.0.has_request.load(Ordering::Relaxed) {
+            self.poll_switch(now);
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
+        self.estimator.on_ack(&mut self.path, now, sent, bytes, rtt.get());
+        let ack = Ack {
+            sent,
+            bytes,
+            app_limited,
+            rtt: self.path.latest_rtt,
+        };
+        self.algorithm.on_ack(now, &ack, &self.path);
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, _largest_packet_num_acked: Option<u64>) {
+        self.app_limited = app_limited;
+        self.estimator.on_end_acks(&mut self.path, in_flight, app_limited);
+        self.algorithm.on_end_acks(now, in_flight, app_limited, &self.path);
+        if self.pending.is_some() || self.handle.0.has_request.load(Ordering::Relaxed) {
+            self.poll_switch(now);
+        }
+        self.publish_status();
+    }
+
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, is_persistent_congestion: bool, lost_bytes: u64) {
+        self.estimator.on_congestion_event(&mut self.path, lost_bytes);
+        self.algorithm
+            .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes, &self.path);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.path.mtu = new_mtu;
+        self.algorithm.on_mtu_update(&self.path);
+    }
+
+    fn window(&self) -> u64 {
+        self.algorithm.window()
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = ControllerMetrics::default();
+        m.congestion_window = self.algorithm.window();
+        m.ssthresh = self.algorithm.ssthresh();
+        m.pacing_rate = Some(self.algorithm.sending_rate(&self.path).pacing_rate.saturating_mul(8));
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(Switchable {
+            config: self.config.clone(),
+            cca: self.cca,
+            algorithm: self.algorithm.clone_box(),
+            path: self.path.clone(),
+            estimator: self.estimator.clone(),
+            handle: self.handle.clone(),
+            pending: self.pending,
+            initial_window: self.initial_window,
+            created: self.created,
+            app_limited: self.app_limited,
+        })
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.initial_window
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Builds one [`Switchable`] per connection (quinn's `ControllerFactory`); every
+/// controller it builds answers to the same [`SwitchHandle`], so give each connection
+/// its own factory when the edge is to switch connections one by one.
+#[derive(Debug, Clone)]
+pub struct SwitchableFactory {
+    config: Arc<CcConfig>,
+    cca: Cca,
+    initial_window: u64,
+    handle: SwitchHandle,
+}
+
+impl SwitchableFactory {
+    /// A factory for controllers that start with `cca` and `initial_window` bytes.
+    pub fn new(config: Arc<CcConfig>, cca: Cca, initial_window: u64) -> Self {
+        SwitchableFactory::with_handle(config, cca, initial_window, SwitchHandle::new())
+    }
+
+    /// The same, answering to `handle`.
+    pub fn with_handle(config: Arc<CcConfig>, cca: Cca, initial_window: u64, handle: SwitchHandle) -> Self {
+        SwitchableFactory {
+            config,
+            cca,
+            initial_window,
+            handle,
+        }
+    }
+
+    /// The handle of the controllers this factory builds.
+    pub fn handle(&self) -> &SwitchHandle {
+        &self.handle
+    }
+}
+
+impl ControllerFactory for SwitchableFactory {
+    fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(Switchable::new(
+            self.config.clone(),
+            self.cca,
+            self.initial_window,
+            self.handle.clone(),
+            now,
+            current_mtu,
+        ))
+    }
+}
