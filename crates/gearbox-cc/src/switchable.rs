@@ -36,7 +36,7 @@ use crate::config::CcConfig;
 use crate::path::{PathEstimator, PathState};
 
 /// How much of the running controller's state a switch carries (Floo §3.4, §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SwitchMode {
     /// Phase and variable migration (Floo).
@@ -146,7 +146,8 @@ struct Request {
 
 struct Shared {
     has_request: AtomicBool,
-    request: Mutex<Option<Request>>,
+    /// Requests not yet taken by the controller, oldest first.
+    requests: Mutex<Vec<Request>>,
     status: Mutex<Option<ControllerStatus>>,
     observer: Mutex<Option<Observer>>,
     switches: AtomicU64,
@@ -176,7 +177,7 @@ impl SwitchHandle {
     pub fn new() -> Self {
         SwitchHandle(Arc::new(Shared {
             has_request: AtomicBool::new(false),
-            request: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
             status: Mutex::new(None),
             observer: Mutex::new(None),
             switches: AtomicU64::new(0),
@@ -187,7 +188,7 @@ impl SwitchHandle {
     /// controller at its next event (a send or an ACK frame); a request still waiting
     /// there is replaced by this one.
     pub fn switch_to(&self, to: Cca, mode: SwitchMode) {
-        *lock(&self.0.request) = Some(Request { to, mode });
+        lock(&self.0.requests).push(Request { to, mode });
         self.0.has_request.store(true, Ordering::Release);
     }
 
@@ -206,11 +207,11 @@ impl SwitchHandle {
         self.0.switches.load(Ordering::Relaxed)
     }
 
-    fn take_request(&self) -> Option<Request> {
+    fn take_requests(&self) -> Vec<Request> {
         if !self.0.has_request.swap(false, Ordering::AcqRel) {
-            return None;
+            return Vec::new();
         }
-        lock(&self.0.request).take()
+        std::mem::take(&mut *lock(&self.0.requests))
     }
 
     fn record(&self, record: &SwitchRecord) {
@@ -292,19 +293,25 @@ impl Switchable {
     }
 
     fn poll_switch(&mut self, now: Instant) {
-        if let Some(req) = self.handle.take_request() {
-            if let Some((old, _)) = self.pending.take() {
-                let rec = self.record(now, old, SwitchOutcome::Replaced, Duration::ZERO);
+        for req in self.handle.take_requests() {
+            if let Some((old, seen)) = self.pending.take() {
+                let waited = now.saturating_duration_since(seen);
+                let rec = self.record(now, old, SwitchOutcome::Replaced, waited);
                 self.handle.record(&rec);
             }
-            self.pending = Some((req, now));
+            if req.to == self.cca {
+                let rec = self.record(now, req, SwitchOutcome::NoOp, Duration::ZERO);
+                self.handle.record(&rec);
+            } else {
+                self.pending = Some((req, now));
+            }
         }
         let Some((req, seen)) = self.pending else {
             return;
         };
         let waited = now.saturating_duration_since(seen);
         let converged = self.algorithm.phase() == Phase::Converged;
-        if req.mode == SwitchMode::Full && req.to != self.cca && !converged && waited < self.config.switch.max_defer() {
+        if req.mode == SwitchMode::Full && !converged && waited < self.config.switch.max_defer() {
             return;
         }
         self.pending = None;
@@ -496,5 +503,68 @@ impl ControllerFactory for SwitchableFactory {
             now,
             current_mtu,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collecting(handle: &SwitchHandle) -> Arc<Mutex<Vec<SwitchRecord>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        handle.set_observer(move |r| sink.lock().unwrap().push(r.clone()));
+        seen
+    }
+
+    fn outcomes(seen: &Mutex<Vec<SwitchRecord>>) -> Vec<(Cca, Cca, SwitchOutcome)> {
+        seen.lock().unwrap().iter().map(|r| (r.from, r.to, r.outcome)).collect()
+    }
+
+    #[test]
+    fn requests_act_at_the_next_event_and_a_later_one_replaces_a_waiting_one() {
+        let t0 = Instant::now();
+        let handle = SwitchHandle::new();
+        let seen = collecting(&handle);
+        let config = Arc::new(CcConfig::default());
+        let mut c = Switchable::new(config, Cca::NewReno, 12_000, handle.clone(), t0, 1200);
+        // NewReno starts in slow start: a full switch waits for congestion avoidance.
+        handle.switch_to(Cca::NewReno, SwitchMode::Full);
+        handle.switch_to(Cca::Cubic, SwitchMode::Full);
+        handle.switch_to(Cca::Bbr, SwitchMode::Full);
+        assert!(outcomes(&seen).is_empty(), "nothing happens before the controller's next event");
+        c.on_end_acks(t0, 0, false, None);
+        assert_eq!(
+            outcomes(&seen),
+            vec![
+                (Cca::NewReno, Cca::NewReno, SwitchOutcome::NoOp),
+                (Cca::NewReno, Cca::Cubic, SwitchOutcome::Replaced)
+            ]
+        );
+        assert_eq!(c.cca(), Cca::NewReno, "BBR waits for NewReno to converge");
+        // The wait is bounded by switch.max_defer_s (2 s).
+        c.on_end_acks(t0 + Duration::from_millis(1999), 0, false, None);
+        assert_eq!(c.cca(), Cca::NewReno);
+        c.on_end_acks(t0 + Duration::from_secs(2), 0, false, None);
+        assert_eq!(c.cca(), Cca::Bbr);
+        let last = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!((last.outcome, last.deferred_s), (SwitchOutcome::Switched, 2.0));
+        assert_eq!(last.phase_before, "slow_start");
+        assert_eq!(handle.switches(), 1);
+    }
+
+    #[test]
+    fn a_part_switch_restarts_from_the_initial_window_at_once() {
+        let t0 = Instant::now();
+        let handle = SwitchHandle::new();
+        let seen = collecting(&handle);
+        let mut c = Switchable::new(Arc::new(CcConfig::default()), Cca::NewReno, 24_000, handle.clone(), t0, 1200);
+        handle.switch_to(Cca::Cubic, SwitchMode::Part);
+        c.on_sent(t0, 1200, 0);
+        assert_eq!(c.cca(), Cca::Cubic);
+        assert_eq!(c.window(), 24_000);
+        let rec = seen.lock().unwrap()[0].clone();
+        assert_eq!((rec.mode, rec.deferred_s, rec.cwnd_before), (SwitchMode::Part, 0.0, 24_000));
+        assert_eq!(c.path().sent, 1200, "connection-level state carries over");
     }
 }

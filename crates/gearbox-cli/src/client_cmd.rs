@@ -119,7 +119,7 @@ pub struct ConnArgs {
     /// Bind connections to this local address; repeat for several paths (multipath).
     #[arg(long = "local-addr", value_name = "IP")]
     pub local_addr: Vec<IpAddr>,
-    /// QUIC congestion control: newreno, cubic or bbr.
+    /// QUIC congestion control: newreno, cubic, bbr, copa, westwood, vivace (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins).
     #[arg(long, value_name = "CC", value_parser = parse_quic_cc, default_value = "cubic")]
     pub quic_cc: QuicCc,
     /// QUIC initial window in packets of 1200 bytes (default: quinn's RFC 9002 window).

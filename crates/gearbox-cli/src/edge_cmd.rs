@@ -28,7 +28,7 @@ pub struct EdgeArgs {
     /// Private key, PEM [default: key.pem].
     #[arg(long)]
     pub key: Option<PathBuf>,
-    /// QUIC congestion controller: newreno, cubic or bbr [default: cubic].
+    /// QUIC congestion controller: newreno, cubic, bbr, copa, westwood, vivace (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins) [default: cubic].
     #[arg(long)]
     pub cc: Option<QuicCc>,
     /// QUIC initial congestion window, in packets of 1200 bytes [default: RFC 9002's].

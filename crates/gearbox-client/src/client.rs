@@ -262,7 +262,11 @@ impl Client {
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(h3)
             .map_err(|e| ClientError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
         let mut transport = quinn::TransportConfig::default();
-        transport.congestion_controller_factory(config.quic_cc.factory(config.quic_initial_window_packets));
+        let factory = config
+            .quic_cc
+            .factory(config.quic_initial_window_packets)
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        transport.congestion_controller_factory(factory);
         let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
             .map_err(|_| ClientError::Config(format!("idle timeout {:?} is too long for QUIC", config.idle_timeout)))?;
         transport.max_idle_timeout(Some(idle));

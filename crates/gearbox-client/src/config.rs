@@ -43,7 +43,7 @@ impl Default for ClientConfig {
         ClientConfig {
             trust: Trust::default(),
             local_addrs: Vec::new(),
-            quic_cc: QuicCc::Cubic,
+            quic_cc: QuicCc::CUBIC,
             quic_initial_window_packets: None,
             tcp_cc: None,
             connect_timeout: Duration::from_secs(10),

@@ -26,8 +26,12 @@ pub struct EdgeConfig {
     pub cert: PathBuf,
     /// Private key, PEM.
     pub key: PathBuf,
-    /// QUIC congestion controller.
+    /// QUIC congestion controller: one of the suite's (switchable) or a `quinn-*`
+    /// built-in.
     pub cc: QuicCc,
+    /// Parameters of the suite's controllers and of switching (the `[congestion]`
+    /// table; docs/cc.md).
+    pub congestion: gearbox_cc::CcConfig,
     /// QUIC initial congestion window, packets of 1200 bytes (None: RFC 9002 default).
     pub initial_window: Option<u32>,
     /// Kernel TCP congestion control (None: the system default).
@@ -62,7 +66,8 @@ impl Default for EdgeConfig {
             admin_listen: None,
             cert: PathBuf::from("cert.pem"),
             key: PathBuf::from("key.pem"),
-            cc: QuicCc::Cubic,
+            cc: QuicCc::CUBIC,
+            congestion: gearbox_cc::CcConfig::default(),
             initial_window: None,
             tcp_cc: None,
             max_bytes: DEFAULT_MAX_BYTES,
@@ -112,8 +117,16 @@ impl EdgeConfig {
         if self.max_bytes == 0 {
             return invalid("max_bytes", "must be at least 1".into());
         }
-        if self.initial_window == Some(0) {
-            return invalid("initial_window", "must be at least 1 packet".into());
+        if let Some(p) = self.initial_window {
+            if let Err(e) = gearbox_cc::config::initial_window_bytes(p) {
+                return invalid("initial_window", e.reason);
+            }
+        }
+        if let Err(e) = self.congestion.validate() {
+            return Err(ConfigError::Invalid {
+                field: "congestion",
+                message: format!("congestion.{} = {}: {}", e.field, e.value, e.reason),
+            });
         }
         if self.idle_timeout_ms == 0 {
             return invalid("idle_timeout_ms", "must be positive".into());

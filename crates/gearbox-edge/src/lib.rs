@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 pub mod config;
 pub mod h3_ack;
+pub mod live;
 pub mod metrics;
 pub mod policy;
 pub mod service;
@@ -31,6 +32,7 @@ mod quic;
 mod tcp;
 
 pub use config::{ConfigError, EdgeConfig};
+pub use live::{CcControl, LiveConnections, LiveSummary, SwitchError};
 pub use metrics::Metrics;
 pub use policy::{ConnectionGears, QuicChoice, StaticCca, StaticInitialWindow};
 
@@ -92,7 +94,13 @@ pub struct Shared {
     next_conn_id: AtomicU64,
     tls_tcp: tokio_rustls::TlsAcceptor,
     quic_crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
+    /// Server configs of connections running quinn's built-in controllers, one per
+    /// choice (the suite's controllers get a config of their own per connection).
     quic_configs: Mutex<HashMap<QuicChoice, Arc<quinn::ServerConfig>>>,
+    /// Parameters of the suite's controllers.
+    cc_config: Arc<gearbox_cc::CcConfig>,
+    /// Live connections and their controllers, for switching.
+    pub live: Arc<LiveConnections>,
     /// In-flight connections, requests and record writers; shutdown waits for them.
     tracker: TaskTracker,
 }
@@ -102,30 +110,38 @@ impl Shared {
         self.next_conn_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The quinn server config for a choice, built once per distinct choice.
-    fn quic_config(&self, choice: &QuicChoice) -> Arc<quinn::ServerConfig> {
+    /// The quinn server config for a choice and the handle of its controller. The
+    /// suite's controllers get a factory of their own per connection, so each answers
+    /// to its own [`gearbox_cc::SwitchHandle`]; quinn's built-ins share one config per
+    /// distinct choice.
+    fn quic_config(&self, choice: &QuicChoice) -> Result<(Arc<quinn::ServerConfig>, CcControl), gearbox_cc::InvalidParameter> {
+        if let gearbox_cc::QuicCc::Suite(_) = choice.cc {
+            let handle = gearbox_cc::SwitchHandle::new();
+            let factory = choice
+                .cc
+                .factory_with(&self.cc_config, choice.initial_window_packets, handle.clone())?;
+            let config = quic_server_config(&self.quic_crypto, factory, self.config.idle_timeout_ms);
+            return Ok((Arc::new(config), CcControl::Quic(handle)));
+        }
         let mut cache = self.quic_configs.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .entry(choice.clone())
-            .or_insert_with(|| {
-                Arc::new(quic_server_config(
-                    &self.quic_crypto,
-                    choice,
-                    self.config.idle_timeout_ms,
-                ))
-            })
-            .clone()
+        if let Some(c) = cache.get(choice) {
+            return Ok((c.clone(), CcControl::QuinnBuiltIn(choice.cc)));
+        }
+        let factory = choice.cc.factory(choice.initial_window_packets)?;
+        let config = Arc::new(quic_server_config(&self.quic_crypto, factory, self.config.idle_timeout_ms));
+        cache.insert(choice.clone(), config.clone());
+        Ok((config, CcControl::QuinnBuiltIn(choice.cc)))
     }
 }
 
 fn quic_server_config(
     crypto: &Arc<quinn::crypto::rustls::QuicServerConfig>,
-    choice: &QuicChoice,
+    factory: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync>,
     idle_timeout_ms: u64,
 ) -> quinn::ServerConfig {
     let mut transport = quinn::TransportConfig::default();
     transport
-        .congestion_controller_factory(choice.cc.factory(choice.initial_window_packets))
+        .congestion_controller_factory(factory)
         .max_concurrent_bidi_streams(1024u32.into())
         .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(idle_timeout_ms)).ok());
     let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
@@ -180,17 +196,16 @@ impl Edge {
         };
         let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
         // Every accepted connection gets its own gears' config; this one is never used.
-        let default_choice = QuicChoice {
-            cc: config.cc,
-            initial_window_packets: config.initial_window,
-        };
+        let default_factory = config
+            .cc
+            .factory(config.initial_window)
+            .map_err(|e| ConfigError::Invalid {
+                field: "initial_window",
+                message: e.reason,
+            })?;
         let quic = gearbox_dataplane::transport::quic_endpoint(
             quic_addr,
-            Some(quic_server_config(
-                &quic_crypto,
-                &default_choice,
-                config.idle_timeout_ms,
-            )),
+            Some(quic_server_config(&quic_crypto, default_factory, config.idle_timeout_ms)),
         )
         .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
@@ -198,11 +213,17 @@ impl Edge {
             .alt_svc
             .then(|| http::HeaderValue::from_str(&format!("h3=\":{quic_port}\"; ma=86400")).ok())
             .flatten();
+        let switch_counts = Arc::new(live::SwitchCounts::default());
+        let live = Arc::new(LiveConnections::new(telemetry.clone(), switch_counts.clone()));
+        let metrics = Arc::new(Metrics::default());
+        metrics.set_switch_counts(switch_counts);
         let shared = Arc::new(Shared {
+            cc_config: Arc::new(config.congestion.clone()),
+            live,
             alt_svc,
             config,
             telemetry,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             gears,
             proxy,
             next_conn_id: AtomicU64::new(1),
@@ -239,6 +260,12 @@ impl Edge {
         self.shared.metrics.clone()
     }
 
+    /// The edge's live connections, through which a gear switches a running
+    /// connection's congestion controller.
+    pub fn live(&self) -> Arc<LiveConnections> {
+        self.shared.live.clone()
+    }
+
     /// Serves until `shutdown` completes, then stops accepting, lets in-flight
     /// requests finish (up to [`SHUTDOWN_GRACE`]) and flushes telemetry.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
@@ -251,7 +278,14 @@ impl Edge {
         } = self;
         let tcp_task = tokio::spawn(tcp::accept_loop(shared.clone(), tcp, cancel.clone()));
         let quic_task = tokio::spawn(quic::accept_loop(shared.clone(), quic.clone(), cancel.clone()));
-        let admin_task = admin.map(|a| tokio::spawn(admin::serve(shared.metrics.clone(), a, cancel.clone())));
+        let admin_task = admin.map(|a| {
+            tokio::spawn(admin::serve(
+                shared.metrics.clone(),
+                shared.live.clone(),
+                a,
+                cancel.clone(),
+            ))
+        });
         shutdown.await;
         tracing::info!("shutting down: finishing in-flight requests");
         cancel.cancel();

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub handshake_failures_tcp: AtomicU64,
     /// QUIC handshakes that failed or timed out.
     pub handshake_failures_quic: AtomicU64,
+    switch_counts: std::sync::OnceLock<Arc<crate::live::SwitchCounts>>,
 }
 
 impl Metrics {
@@ -45,6 +46,11 @@ impl Metrics {
         self.connections[slot(p)].fetch_add(1, Relaxed);
         self.open_connections[slot(p)].fetch_add(1, Relaxed);
         OpenGuard { m: self.clone(), p }
+    }
+
+    /// Where congestion-control switches are counted (set once by the edge).
+    pub(crate) fn set_switch_counts(&self, counts: Arc<crate::live::SwitchCounts>) {
+        let _ = self.switch_counts.set(counts);
     }
 
     /// Requests served so far over `p`.
@@ -91,6 +97,18 @@ impl Metrics {
             self.handshake_failures_tcp.load(Relaxed),
             self.handshake_failures_quic.load(Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP gearbox_cc_switches_total Congestion-control switches of live connections, by pair and mode.\n\
+             # TYPE gearbox_cc_switches_total counter"
+        );
+        for (from, to, mode, n) in self.switch_counts.get().map(|c| c.snapshot()).unwrap_or_default() {
+            let _ = writeln!(
+                out,
+                "gearbox_cc_switches_total{{from=\"{from}\",to=\"{to}\",mode=\"{}\"}} {n}",
+                mode.name()
+            );
+        }
         out
     }
 }

@@ -31,6 +31,9 @@ pub struct QuicChoice {
 pub struct ConnectionGears {
     cca: Mutex<Box<dyn CcaGear>>,
     initial_window: Mutex<Box<dyn InitialWindowGear>>,
+    /// The QUIC controller that runs a gear's algorithm when it is the configured one
+    /// (so `--cc quinn-cubic` keeps quinn's Cubic); other algorithms run the suite's.
+    quic_default: QuicCc,
 }
 
 impl ConnectionGears {
@@ -40,20 +43,23 @@ impl ConnectionGears {
         ConnectionGears {
             cca: Mutex::new(cca),
             initial_window: Mutex::new(initial_window),
+            quic_default: QuicCc::CUBIC,
         }
     }
 
     /// The static choice the configuration's `cc`, `tcp_cc` and `initial_window` describe.
     pub fn from_config(config: &crate::EdgeConfig) -> Self {
-        ConnectionGears::new(
+        let mut gears = ConnectionGears::new(
             Box::new(StaticCca {
-                quic: cca_of_quic(config.cc),
+                quic: config.cc.cca(),
                 tcp: config.tcp_cc.map(cca_of_tcp),
             }),
             Box::new(StaticInitialWindow {
                 quic_packets: config.initial_window,
             }),
-        )
+        );
+        gears.quic_default = config.cc;
+        gears
     }
 
     fn ask_cca(&self, conn: &AcceptedConnection) -> Decision<Option<Cca>> {
@@ -77,10 +83,13 @@ impl ConnectionGears {
     }
 
     /// Controller and initial window of a new QUIC connection, applied through
-    /// `quinn::Incoming::accept_with`. No controller named: quinn's default (Cubic).
+    /// `quinn::Incoming::accept_with`. No controller named: the configured one.
     pub(crate) fn quic(&self, conn: &AcceptedConnection) -> QuicChoice {
         QuicChoice {
-            cc: self.ask_cca(conn).choice.map_or(QuicCc::Cubic, quic_cc),
+            cc: match self.ask_cca(conn).choice {
+                Some(c) if c != self.quic_default.cca() => QuicCc::Suite(c),
+                _ => self.quic_default,
+            },
             initial_window_packets: self.ask_initial_window(conn).choice,
         }
     }
@@ -92,7 +101,7 @@ impl ConnectionGears {
     /// applied: setting it per connection needs the `sock_ops` hook (`TCP_BPF_IW`),
     /// which the edge does not load yet.
     pub(crate) fn tcp(&self, conn: &AcceptedConnection) -> Option<TcpCc> {
-        let cc = self.ask_cca(conn).choice.map(tcp_cc);
+        let cc = self.ask_cca(conn).choice.and_then(tcp_cc);
         if let Some(packets) = self.ask_initial_window(conn).choice {
             tracing::debug!(
                 conn_id = conn.conn_id,
@@ -149,30 +158,17 @@ impl InitialWindowGear for StaticInitialWindow {
     fn observe(&mut self, _record: &EdgeRecord, _now: Instant) {}
 }
 
-/// quinn's controller for an algorithm.
-fn quic_cc(c: Cca) -> QuicCc {
+/// The kernel's controller for an algorithm: Copa and Vivace have none, so a TCP
+/// connection asked for them keeps the system default (logged).
+fn tcp_cc(c: Cca) -> Option<TcpCc> {
     match c {
-        Cca::NewReno => QuicCc::NewReno,
-        Cca::Cubic => QuicCc::Cubic,
-        Cca::Bbr => QuicCc::Bbr,
-    }
-}
-
-/// The kernel's controller for an algorithm.
-fn tcp_cc(c: Cca) -> TcpCc {
-    match c {
-        Cca::NewReno => TcpCc::Reno,
-        Cca::Cubic => TcpCc::Cubic,
-        Cca::Bbr => TcpCc::Bbr,
-    }
-}
-
-/// The algorithm a quinn controller runs.
-fn cca_of_quic(c: QuicCc) -> Cca {
-    match c {
-        QuicCc::NewReno => Cca::NewReno,
-        QuicCc::Cubic => Cca::Cubic,
-        QuicCc::Bbr => Cca::Bbr,
+        Cca::NewReno => Some(TcpCc::Reno),
+        Cca::Cubic => Some(TcpCc::Cubic),
+        Cca::Bbr => Some(TcpCc::Bbr),
+        Cca::Copa | Cca::Westwood | Cca::Vivace => {
+            tracing::warn!(cca = %c, "no kernel TCP implementation; keeping the system default");
+            None
+        }
     }
 }
 
@@ -196,7 +192,7 @@ mod tests {
     #[test]
     fn the_flags_choose_per_transport_and_reach_each_stack_by_its_own_name() {
         let config = crate::EdgeConfig {
-            cc: QuicCc::Bbr,
+            cc: QuicCc::Suite(Cca::Bbr),
             tcp_cc: Some(TcpCc::Reno),
             initial_window: Some(32),
             ..crate::EdgeConfig::default()
@@ -205,7 +201,7 @@ mod tests {
         assert_eq!(
             gears.quic(&conn(Transport::Quic)),
             QuicChoice {
-                cc: QuicCc::Bbr,
+                cc: QuicCc::Suite(Cca::Bbr),
                 initial_window_packets: Some(32)
             }
         );
@@ -224,9 +220,12 @@ mod tests {
     #[test]
     fn every_algorithm_maps_to_both_stacks_and_back() {
         for c in Cca::ALL {
-            assert_eq!(cca_of_quic(quic_cc(c)), c);
-            assert_eq!(cca_of_tcp(tcp_cc(c)), c);
-            assert_eq!(quic_cc(c).name(), c.name());
+            assert_eq!(QuicCc::Suite(c).cca(), c);
+            assert_eq!(QuicCc::Suite(c).name(), c.name());
+            if let Some(t) = tcp_cc(c) {
+                assert_eq!(cca_of_tcp(t), c);
+            }
         }
+        assert_eq!(tcp_cc(Cca::Copa), None);
     }
 }

@@ -79,15 +79,26 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
         let id = shared.conn_id();
         let accepted = AcceptedConnection::new(id, peer, Transport::Quic, unix_ms_now());
         let choice = shared.gears.quic(&accepted);
-        let config = shared.quic_config(&choice);
+        let (config, control) = match shared.quic_config(&choice) {
+            Ok(c) => c,
+            Err(e) => {
+                // Only a gear can get here (the static choice was validated at start).
+                tracing::warn!(%peer, error = %e, "gear's initial window refused; connection refused");
+                incoming.refuse();
+                shared.telemetry.write(&record(&shared, id, peer, "quic_handshake"));
+                continue;
+            }
+        };
         match incoming.accept_with(config) {
             Ok(connecting) => {
                 let shared2 = shared.clone();
                 let cancel2 = cancel.clone();
                 let cc = choice.cc.name().to_string();
-                shared
-                    .tracker
-                    .spawn(async move { connection(shared2, connecting, id, peer, cc, cancel2).await });
+                let live = shared.live.register(id, peer, Transport::Quic, control);
+                shared.tracker.spawn(async move {
+                    connection(shared2, connecting, id, peer, cc, cancel2).await;
+                    drop(live);
+                });
             }
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "QUIC connection refused");
@@ -213,7 +224,9 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
             rec.error = Some("reset".into());
         }
     }
-    rec.transport = Some(transport::quic_snapshot(&conn.quinn, &conn.cc));
+    // The controller running now: a switch may have changed it since the accept.
+    let cc = conn.shared.live.status(conn.id).map(|s| s.cca.name().to_string());
+    rec.transport = Some(transport::quic_snapshot(&conn.quinn, cc.as_deref().unwrap_or(&conn.cc)));
     conn.shared.telemetry.write(&rec);
 }
 

@@ -170,7 +170,7 @@ async fn curl_fetches_over_http1_and_gets_clear_errors_for_bad_paths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ngtcp2_client_fetches_over_http3_and_the_edge_records_the_stream_acknowledgement() {
-    let edge = start(|c| c.cc = QuicCc::Bbr).await;
+    let edge = start(|c| c.cc = QuicCc::Suite(gearbox_cc::Cca::Bbr)).await;
     let dl = edge.dir.path().join("dl");
     std::fs::create_dir_all(&dl).unwrap();
     let url = format!("https://127.0.0.1:{}/bytes/200000", edge.quic.port());

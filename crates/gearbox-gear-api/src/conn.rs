@@ -31,7 +31,7 @@ use crate::transport::Transport;
 /// QUIC (the suite's own controllers); on kernel TCP, NewReno, Cubic and BBR are the
 /// kernel's and Westwood+ gearbox's BPF controller, while Copa and Vivace have no
 /// kernel implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Cca {
     /// NewReno (RFC 9002 §7 for QUIC; the kernel's `reno` for TCP).

@@ -178,9 +178,11 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a telemetry file (none if the file is absent: a run that failed
-    before its side started). A torn last line (a writer killed mid-line) is skipped;
-    any other line that is not a JSON object is a LabError naming the file and line."""
+    """The per-request records of a telemetry file (none if the file is absent: a run that
+    failed before its side started). Event records (those with an `event` field, such as
+    the edge's `cc_switch`, docs/telemetry.md) are not requests and are left out. A torn
+    last line (a writer killed mid-line) is skipped; any other line that is not a JSON
+    object is a LabError naming the file and line."""
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
@@ -200,7 +202,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             raise LabError(f"{path}:{number}: not a telemetry record (invalid JSON: {e.msg})") from e
         if not isinstance(record, dict):
             raise LabError(f"{path}:{number}: not a telemetry record (a JSON {type(record).__name__}, not an object)")
-        records.append(record)
+        if "event" not in record:
+            records.append(record)
     return records
 
 

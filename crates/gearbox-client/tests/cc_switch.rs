@@ -1,0 +1,137 @@
+//! Switching a live QUIC connection's congestion controller at the edge (Floo §3.4),
+//! through the edge's admin port, while our client keeps using the connection.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, Site};
+use gearbox_cc::{Cca, QuicCc};
+use gearbox_client::{Request, TransportPref};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One plain HTTP/1.1 exchange with the admin port: (status, body).
+async fn admin(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("admin port");
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("admin request");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.expect("admin response");
+    let status = raw[9..12].parse().expect("status code");
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded() {
+    let site = Site::new();
+    let telemetry = site.path().join("edge.jsonl");
+    let edge = site
+        .edge(gearbox_edge::EdgeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+            telemetry: Some(telemetry.clone()),
+            cc: QuicCc::Suite(Cca::Cubic),
+            ..gearbox_edge::EdgeConfig::default()
+        })
+        .await;
+    let (quic, admin_addr) = (edge.quic_addr(), edge.admin_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = site.client();
+    let url = format!("https://{quic}/bytes/200000");
+    let get = || async {
+        client
+            .request(Request::get(&url, TransportPref::Quic))
+            .await
+            .expect("GET over QUIC")
+    };
+    bounded(async {
+        let first = get().await;
+        assert_eq!(first.record.transport.as_ref().unwrap().cc, "cubic");
+        let (status, body) = admin(admin_addr, "GET", "/connections").await;
+        assert_eq!(status, 200, "{body}");
+        let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let conn = &conns[0];
+        assert_eq!((conn["transport"].as_str(), conn["cca"].as_str()), (Some("quic"), Some("cubic")));
+        let id = conn["conn_id"].as_u64().unwrap();
+
+        // Bad requests are refused with the reason, and change nothing.
+        let (status, body) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=vegas")).await;
+        assert_eq!(status, 400);
+        assert!(body.contains("newreno, cubic, bbr, copa, westwood, vivace"), "{body}");
+        let (status, _) = admin(admin_addr, "POST", "/connections/999999/cc?to=bbr").await;
+        assert_eq!(status, 404);
+
+        // Part switch (P-Floo): immediate at the controller's next event.
+        let (status, body) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=bbr&mode=part")).await;
+        assert_eq!(status, 202, "{body}");
+        let second = get().await;
+        assert!(!second.record.new_connection, "the same connection carries on");
+        assert_eq!(second.body.len(), 200_000);
+        // The edge's record of the second request names the controller now running.
+        // A switch to what already runs is a recorded no-op.
+        let (status, _) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=bbr")).await;
+        assert_eq!(status, 202);
+        // Full switch back to Cubic: waits for BBR's converged phase (at most the
+        // configured bound), so keep the connection busy until it has happened.
+        let (status, _) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=cubic&mode=full")).await;
+        assert_eq!(status, 202);
+        loop {
+            get().await;
+            let (_, body) = admin(admin_addr, "GET", "/connections").await;
+            let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if conns[0]["switches"].as_u64() == Some(2) {
+                assert_eq!(conns[0]["cca"], "cubic");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (_, metrics) = admin(admin_addr, "GET", "/metrics").await;
+        assert!(
+            metrics.contains("gearbox_cc_switches_total{from=\"cubic\",to=\"bbr\",mode=\"part\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("gearbox_cc_switches_total{from=\"bbr\",to=\"cubic\",mode=\"full\"} 1"),
+            "{metrics}"
+        );
+    })
+    .await;
+    drop(client);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&telemetry)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
+    let outcome = |i: usize| {
+        (
+            switches[i]["from"].as_str().unwrap(),
+            switches[i]["to"].as_str().unwrap(),
+            switches[i]["mode"].as_str().unwrap(),
+            switches[i]["outcome"].as_str().unwrap(),
+        )
+    };
+    assert_eq!(switches.len(), 3, "{switches:?}");
+    assert_eq!(outcome(0), ("cubic", "bbr", "part", "switched"));
+    assert_eq!(outcome(1), ("bbr", "bbr", "full", "no_op"));
+    assert_eq!(outcome(2), ("bbr", "cubic", "full", "switched"));
+    assert!(switches[2]["deferred_s"].as_f64().unwrap() <= 2.0 + 1e-9);
+    for s in &switches {
+        assert!(s["cwnd_before"].as_u64().unwrap() > 0 && s["cwnd_after"].as_u64().unwrap() > 0);
+    }
+    // Requests after the first switch report the controller then running.
+    let after: Vec<&str> = records
+        .iter()
+        .filter(|r| r["path"] == "/bytes/200000")
+        .map(|r| r["transport"]["cc"].as_str().unwrap())
+        .collect();
+    assert_eq!(after[0], "cubic");
+    assert_eq!(after[1], "bbr");
+}

@@ -1,0 +1,221 @@
+//! The edge's live connections and their congestion controllers: where a gear (or an
+//! operator, through the admin port) switches a running connection's algorithm (Floo
+//! §3.4).
+//!
+//! Every accepted connection registers here with the handle of its controller: the
+//! suite's [`SwitchHandle`] for QUIC, the kernel socket's [`TcpCcHandle`] for TCP. The
+//! entry goes when the connection ends. Each switch leaves one telemetry record
+//! (`event = "cc_switch"`, docs/telemetry.md) and one count in `/metrics`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use gearbox_cc::{Cca, ControllerStatus, QuicCc, SwitchHandle, SwitchMode, SwitchRecord};
+use gearbox_dataplane::telemetry::{unix_ms_now, TelemetrySink};
+use gearbox_gear_api::Transport;
+use serde::Serialize;
+
+/// How a live connection's controller is reached.
+#[derive(Debug, Clone)]
+pub enum CcControl {
+    /// A QUIC connection running one of the suite's controllers.
+    Quic(SwitchHandle),
+    /// A QUIC connection running one of quinn's built-ins, which cannot switch.
+    QuinnBuiltIn(QuicCc),
+}
+
+/// Why a switch request was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SwitchError {
+    /// No live connection has that id.
+    #[error("no live connection {0}")]
+    NoConnection(u64),
+    /// The connection runs quinn's built-in controller.
+    #[error("connection {conn_id} runs quinn's built-in {cc}, which cannot switch; start the edge with one of the suite's controllers (--cc newreno|cubic|bbr|copa|westwood|vivace)")]
+    NotSwitchable {
+        /// The connection.
+        conn_id: u64,
+        /// Its controller.
+        cc: &'static str,
+    },
+}
+
+/// One live connection as `/connections` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveSummary {
+    /// Edge-local connection id.
+    pub conn_id: u64,
+    /// Client address.
+    pub client_addr: SocketAddr,
+    /// `tcp` or `quic`.
+    pub transport: Transport,
+    /// Running algorithm (None before the first ACK or on a built-in).
+    pub cca: Option<Cca>,
+    /// Its phase.
+    pub phase: Option<&'static str>,
+    /// Congestion window, bytes.
+    pub cwnd: Option<u64>,
+    /// Intended sending rate, bytes per second.
+    pub pacing_rate: Option<u64>,
+    /// Switches so far.
+    pub switches: u64,
+}
+
+struct Entry {
+    client_addr: SocketAddr,
+    transport: Transport,
+    control: CcControl,
+}
+
+/// The record a switch leaves in the edge's telemetry.
+#[derive(Debug, Serialize)]
+struct SwitchEvent<'a> {
+    side: &'static str,
+    schema: u32,
+    event: &'static str,
+    time_unix_ms: f64,
+    conn_id: u64,
+    transport: Transport,
+    #[serde(flatten)]
+    record: &'a SwitchRecord,
+}
+
+/// Switch counts by (from, to, mode) for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SwitchCounts(Mutex<BTreeMap<(Cca, Cca, SwitchMode), u64>>);
+
+impl SwitchCounts {
+    fn count(&self, r: &SwitchRecord) {
+        if r.outcome == gearbox_cc::SwitchOutcome::Switched {
+            *lock(&self.0).entry((r.from, r.to, r.mode)).or_default() += 1;
+        }
+    }
+
+    /// `(from, to, mode, count)` for every pair switched at least once.
+    pub fn snapshot(&self) -> Vec<(Cca, Cca, SwitchMode, u64)> {
+        lock(&self.0).iter().map(|(&(f, t, m), &n)| (f, t, m, n)).collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every live connection of an edge.
+pub struct LiveConnections {
+    conns: Mutex<HashMap<u64, Entry>>,
+    telemetry: TelemetrySink,
+    counts: Arc<SwitchCounts>,
+}
+
+impl LiveConnections {
+    pub(crate) fn new(telemetry: TelemetrySink, counts: Arc<SwitchCounts>) -> Self {
+        LiveConnections {
+            conns: Mutex::new(HashMap::new()),
+            telemetry,
+            counts,
+        }
+    }
+
+    /// Registers connection `conn_id`; it stays listed until the guard is dropped.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        conn_id: u64,
+        client_addr: SocketAddr,
+        transport: Transport,
+        control: CcControl,
+    ) -> LiveGuard {
+        if let CcControl::Quic(handle) = &control {
+            let telemetry = self.telemetry.clone();
+            let counts = self.counts.clone();
+            handle.set_observer(move |record| {
+                counts.count(record);
+                telemetry.write(&SwitchEvent {
+                    side: "edge",
+                    schema: 1,
+                    event: "cc_switch",
+                    time_unix_ms: unix_ms_now(),
+                    conn_id,
+                    transport,
+                    record,
+                });
+            });
+        }
+        lock(&self.conns).insert(
+            conn_id,
+            Entry {
+                client_addr,
+                transport,
+                control,
+            },
+        );
+        LiveGuard {
+            live: self.clone(),
+            conn_id,
+        }
+    }
+
+    /// Asks connection `conn_id` to run `to`; the controller acts at its next event.
+    pub fn switch(&self, conn_id: u64, to: Cca, mode: SwitchMode) -> Result<(), SwitchError> {
+        let conns = lock(&self.conns);
+        let entry = conns.get(&conn_id).ok_or(SwitchError::NoConnection(conn_id))?;
+        match &entry.control {
+            CcControl::Quic(handle) => {
+                handle.switch_to(to, mode);
+                Ok(())
+            }
+            CcControl::QuinnBuiltIn(cc) => Err(SwitchError::NotSwitchable {
+                conn_id,
+                cc: cc.name(),
+            }),
+        }
+    }
+
+    /// The controller status of connection `conn_id` (None: unknown, a built-in, or no
+    /// ACK yet).
+    pub fn status(&self, conn_id: u64) -> Option<ControllerStatus> {
+        match &lock(&self.conns).get(&conn_id)?.control {
+            CcControl::Quic(h) => h.status(),
+            CcControl::QuinnBuiltIn(_) => None,
+        }
+    }
+
+    /// Every live connection, by id.
+    pub fn list(&self) -> Vec<LiveSummary> {
+        let conns = lock(&self.conns);
+        let mut out: Vec<LiveSummary> = conns
+            .iter()
+            .map(|(&conn_id, e)| {
+                let (status, switches) = match &e.control {
+                    CcControl::Quic(h) => (h.status(), h.switches()),
+                    CcControl::QuinnBuiltIn(_) => (None, 0),
+                };
+                LiveSummary {
+                    conn_id,
+                    client_addr: e.client_addr,
+                    transport: e.transport,
+                    cca: status.as_ref().map(|s| s.cca),
+                    phase: status.as_ref().map(|s| s.phase),
+                    cwnd: status.as_ref().map(|s| s.cwnd),
+                    pacing_rate: status.as_ref().map(|s| s.pacing_rate),
+                    switches,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.conn_id);
+        out
+    }
+}
+
+/// Removes a connection from [`LiveConnections`] when it ends.
+pub(crate) struct LiveGuard {
+    live: Arc<LiveConnections>,
+    conn_id: u64,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        lock(&self.live.conns).remove(&self.conn_id);
+    }
+}
