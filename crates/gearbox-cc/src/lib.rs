@@ -19,6 +19,8 @@ use quinn_proto::congestion::{
 };
 
 pub use gearbox_gear_api::Cca;
+/// quinn's controller trait, which [`Switchable`] implements.
+pub use quinn_proto::congestion::Controller;
 
 pub mod algorithm;
 pub mod bbr;

@@ -250,11 +250,7 @@ impl PathEstimator {
             return;
         }
         // RFC 6298 §2.3: RTTVAR <- 3/4 RTTVAR + 1/4 |SRTT - R'|.
-        let dev = if path.srtt > rtt {
-            path.srtt - rtt
-        } else {
-            rtt - path.srtt
-        };
+        let dev = path.srtt.abs_diff(rtt);
         path.rttvar = (path.rttvar * 3 + dev) / 4;
     }
 

@@ -292,6 +292,20 @@ impl Switchable {
         self.apply(now, Request { to, mode }, Duration::ZERO)
     }
 
+    /// `Controller::on_ack` with quinn's smoothed RTT given as a value: quinn's
+    /// `RttEstimator` can only be built inside quinn, and benchmarks and tests drive
+    /// the controller without a connection.
+    pub fn ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, srtt: Duration) {
+        self.estimator.on_ack(&mut self.path, now, sent, bytes, srtt);
+        let ack = Ack {
+            sent,
+            bytes,
+            app_limited,
+            rtt: self.path.latest_rtt,
+        };
+        self.algorithm.on_ack(now, &ack, &self.path);
+    }
+
     fn poll_switch(&mut self, now: Instant) {
         for req in self.handle.take_requests() {
             if let Some((old, seen)) = self.pending.take() {
@@ -393,14 +407,7 @@ impl Controller for Switchable {
     }
 
     fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
-        self.estimator.on_ack(&mut self.path, now, sent, bytes, rtt.get());
-        let ack = Ack {
-            sent,
-            bytes,
-            app_limited,
-            rtt: self.path.latest_rtt,
-        };
-        self.algorithm.on_ack(now, &ack, &self.path);
+        self.ack(now, sent, bytes, app_limited, rtt.get());
     }
 
     fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, _largest_packet_num_acked: Option<u64>) {
@@ -532,7 +539,10 @@ mod tests {
         handle.switch_to(Cca::NewReno, SwitchMode::Full);
         handle.switch_to(Cca::Cubic, SwitchMode::Full);
         handle.switch_to(Cca::Bbr, SwitchMode::Full);
-        assert!(outcomes(&seen).is_empty(), "nothing happens before the controller's next event");
+        assert!(
+            outcomes(&seen).is_empty(),
+            "nothing happens before the controller's next event"
+        );
         c.on_end_acks(t0, 0, false, None);
         assert_eq!(
             outcomes(&seen),
@@ -558,13 +568,23 @@ mod tests {
         let t0 = Instant::now();
         let handle = SwitchHandle::new();
         let seen = collecting(&handle);
-        let mut c = Switchable::new(Arc::new(CcConfig::default()), Cca::NewReno, 24_000, handle.clone(), t0, 1200);
+        let mut c = Switchable::new(
+            Arc::new(CcConfig::default()),
+            Cca::NewReno,
+            24_000,
+            handle.clone(),
+            t0,
+            1200,
+        );
         handle.switch_to(Cca::Cubic, SwitchMode::Part);
         c.on_sent(t0, 1200, 0);
         assert_eq!(c.cca(), Cca::Cubic);
         assert_eq!(c.window(), 24_000);
         let rec = seen.lock().unwrap()[0].clone();
-        assert_eq!((rec.mode, rec.deferred_s, rec.cwnd_before), (SwitchMode::Part, 0.0, 24_000));
+        assert_eq!(
+            (rec.mode, rec.deferred_s, rec.cwnd_before),
+            (SwitchMode::Part, 0.0, 24_000)
+        );
         assert_eq!(c.path().sent, 1200, "connection-level state carries over");
     }
 }

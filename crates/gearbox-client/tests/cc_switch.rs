@@ -18,7 +18,10 @@ async fn admin(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, St
     let mut raw = String::new();
     s.read_to_string(&mut raw).await.expect("admin response");
     let status = raw[9..12].parse().expect("status code");
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -55,7 +58,10 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
         assert_eq!(status, 200, "{body}");
         let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
         let conn = &conns[0];
-        assert_eq!((conn["transport"].as_str(), conn["cca"].as_str()), (Some("quic"), Some("cubic")));
+        assert_eq!(
+            (conn["transport"].as_str(), conn["cca"].as_str()),
+            (Some("quic"), Some("cubic"))
+        );
         let id = conn["conn_id"].as_u64().unwrap();
 
         // Bad requests are refused with the reason, and change nothing.

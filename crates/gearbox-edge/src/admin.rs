@@ -89,7 +89,10 @@ fn route(metrics: &Metrics, live: &LiveConnections, method: &Method, uri: &http:
 
 fn switch(live: &LiveConnections, id: &str, query: &str) -> http::Response<Full<Bytes>> {
     let Ok(conn_id) = id.parse::<u64>() else {
-        return json_error(StatusCode::BAD_REQUEST, &format!("connection id {id:?} is not a number"));
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("connection id {id:?} is not a number"),
+        );
     };
     let (mut to, mut mode) = (None, SwitchMode::Full);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -108,9 +111,19 @@ fn switch(live: &LiveConnections, id: &str, query: &str) -> http::Response<Full<
             "mode" => match v {
                 "full" => mode = SwitchMode::Full,
                 "part" => mode = SwitchMode::Part,
-                _ => return json_error(StatusCode::BAD_REQUEST, &format!("unknown `mode` {v:?}; valid: full, part")),
+                _ => {
+                    return json_error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("unknown `mode` {v:?}; valid: full, part"),
+                    )
+                }
             },
-            _ => return json_error(StatusCode::BAD_REQUEST, &format!("unknown parameter {k:?}; valid: to, mode")),
+            _ => {
+                return json_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("unknown parameter {k:?}; valid: to, mode"),
+                )
+            }
         }
     }
     let Some(to) = to else {

@@ -114,7 +114,10 @@ impl Shared {
     /// suite's controllers get a factory of their own per connection, so each answers
     /// to its own [`gearbox_cc::SwitchHandle`]; quinn's built-ins share one config per
     /// distinct choice.
-    fn quic_config(&self, choice: &QuicChoice) -> Result<(Arc<quinn::ServerConfig>, CcControl), gearbox_cc::InvalidParameter> {
+    fn quic_config(
+        &self,
+        choice: &QuicChoice,
+    ) -> Result<(Arc<quinn::ServerConfig>, CcControl), gearbox_cc::InvalidParameter> {
         if let gearbox_cc::QuicCc::Suite(_) = choice.cc {
             let handle = gearbox_cc::SwitchHandle::new();
             let factory = choice
@@ -128,7 +131,11 @@ impl Shared {
             return Ok((c.clone(), CcControl::QuinnBuiltIn(choice.cc)));
         }
         let factory = choice.cc.factory(choice.initial_window_packets)?;
-        let config = Arc::new(quic_server_config(&self.quic_crypto, factory, self.config.idle_timeout_ms));
+        let config = Arc::new(quic_server_config(
+            &self.quic_crypto,
+            factory,
+            self.config.idle_timeout_ms,
+        ));
         cache.insert(choice.clone(), config.clone());
         Ok((config, CcControl::QuinnBuiltIn(choice.cc)))
     }
@@ -205,7 +212,11 @@ impl Edge {
             })?;
         let quic = gearbox_dataplane::transport::quic_endpoint(
             quic_addr,
-            Some(quic_server_config(&quic_crypto, default_factory, config.idle_timeout_ms)),
+            Some(quic_server_config(
+                &quic_crypto,
+                default_factory,
+                config.idle_timeout_ms,
+            )),
         )
         .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());

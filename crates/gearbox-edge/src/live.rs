@@ -165,10 +165,7 @@ impl LiveConnections {
                 handle.switch_to(to, mode);
                 Ok(())
             }
-            CcControl::QuinnBuiltIn(cc) => Err(SwitchError::NotSwitchable {
-                conn_id,
-                cc: cc.name(),
-            }),
+            CcControl::QuinnBuiltIn(cc) => Err(SwitchError::NotSwitchable { conn_id, cc: cc.name() }),
         }
     }
 

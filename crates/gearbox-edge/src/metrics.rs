@@ -99,6 +99,13 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
+            "# HELP process_cpu_seconds_total User and system CPU time of the edge process.\n\
+             # TYPE process_cpu_seconds_total counter\n\
+             process_cpu_seconds_total {:.6}",
+            process_cpu_seconds()
+        );
+        let _ = writeln!(
+            out,
             "# HELP gearbox_cc_switches_total Congestion-control switches of live connections, by pair and mode.\n\
              # TYPE gearbox_cc_switches_total counter"
         );
@@ -136,4 +143,16 @@ impl Drop for OpenGuard {
     fn drop(&mut self) {
         self.m.open_connections[slot(self.p)].fetch_sub(1, Relaxed);
     }
+}
+
+/// User plus system CPU seconds of this process so far (`getrusage(RUSAGE_SELF)`), the
+/// standard `process_cpu_seconds_total` of Prometheus exporters.
+pub fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
 }

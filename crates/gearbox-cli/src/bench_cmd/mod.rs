@@ -15,6 +15,7 @@
 //! up the two servers and the files they serve, [`measure`] takes the samples and
 //! [`report`] prints them.
 
+mod cc;
 mod measure;
 mod peers;
 mod proc_stats;
@@ -44,6 +45,10 @@ pub enum Bench {
     /// Our edge against caddy on loopback, same files and client: HTTP/2 and HTTP/3 bulk
     /// throughput and small-request rate, with the CPU each side used.
     Edge(EdgeBenchArgs),
+    /// The congestion-control suite: cost per ACK of every controller alone and inside
+    /// Switchable, cost per switch, and the edge's CPU for one emulated transfer with
+    /// Switchable against quinn's built-in Cubic (docs/cc.md).
+    Cc(cc::CcBenchArgs),
 }
 
 /// Arguments of `gearbox bench edge`.
@@ -76,6 +81,7 @@ pub struct EdgeBenchArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.bench {
         Bench::Edge(e) => edge(e),
+        Bench::Cc(c) => cc::run(c),
     }
 }
 
