@@ -66,4 +66,3 @@ pub fn netns_list() -> String {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
-

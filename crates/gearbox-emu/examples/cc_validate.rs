@@ -1,0 +1,139 @@
+//! The congestion-control suite's validation tables on the emulator (docs/cc.md
+//! "Validation"), not a test: every figure is measured at the emulated bottleneck from
+//! the relay's event log, one HTTP/3 (or TCP) download per cell.
+//!
+//! `cargo build --release -p gearbox-cli && cargo run --release -p gearbox-emu --example cc_validate [TABLE...]`
+//! (root). TABLE is `utilisation`, `deep`, `loss`, `peers`, `tcp` or `fairness`;
+//! default all. Prints markdown.
+
+#[path = "../tests/common/transfer.rs"]
+mod transfer;
+
+use transfer::{run, Download, Measured};
+
+const SUITE: [&str; 6] = ["newreno", "cubic", "bbr", "copa", "westwood", "vivace"];
+
+fn cell(d: &Download) -> Option<Measured> {
+    let dir = std::env::temp_dir().join(format!("gearbox-cc-validate-{}", std::process::id()));
+    let m = run(d, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    match m {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("{} {} {} Mbit/s: {e}", d.proto, d.cc, d.mbit);
+            None
+        }
+    }
+}
+
+fn pct(m: &Option<Measured>) -> String {
+    m.as_ref()
+        .map_or("failed".into(), |m| format!("{:.1}%", m.utilisation * 100.0))
+}
+
+fn queue(m: &Option<Measured>) -> String {
+    m.as_ref()
+        .map_or("failed".into(), |m| format!("{:.1}", m.mean_queue_ms))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |t: &str| args.is_empty() || args.iter().any(|a| a == t);
+    if let Err(e) = gearbox_emu::check_environment() {
+        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
+        std::process::exit(1);
+    }
+    if want("utilisation") {
+        println!("\n### Loss-free utilisation (40 ms RTT, 1-BDP drop-tail buffer, 8 s download)\n");
+        println!("| controller | 10 Mbit/s | queue ms | 50 Mbit/s | queue ms |\n|---|---:|---:|---:|---:|");
+        for cc in SUITE.iter().chain(&["quinn-cubic", "quinn-newreno"]) {
+            let a = cell(&Download::quic(cc, 10.0, 40.0, 1.0));
+            let b = cell(&Download::quic(cc, 50.0, 40.0, 1.0));
+            println!("| {cc} | {} | {} | {} | {} |", pct(&a), queue(&a), pct(&b), queue(&b));
+        }
+    }
+    if want("deep") {
+        println!("\n### Queueing with a deep buffer (10 Mbit/s, 40 ms, 4 BDP = 160 ms, 10 s download)\n");
+        println!("| controller | utilisation | mean queueing delay ms |\n|---|---:|---:|");
+        for cc in SUITE {
+            let m = cell(&Download {
+                seconds: 10.0,
+                ..Download::quic(cc, 10.0, 40.0, 4.0)
+            });
+            println!("| {cc} | {} | {} |", pct(&m), queue(&m));
+        }
+    }
+    if want("loss") {
+        println!("\n### Random loss (10 Mbit/s, 40 ms, 1 BDP, Bernoulli loss each direction)\n");
+        println!("| controller | 0% | 1% | 2% | 3% |\n|---|---:|---:|---:|---:|");
+        for cc in SUITE {
+            let cells: Vec<String> = [0.0, 0.01, 0.02, 0.03]
+                .iter()
+                .map(|&loss| {
+                    pct(&cell(&Download {
+                        loss,
+                        ..Download::quic(cc, 10.0, 40.0, 1.0)
+                    }))
+                })
+                .collect();
+            println!("| {cc} | {} |", cells.join(" | "));
+        }
+    }
+    if want("peers") {
+        println!("\n### Our Cubic against quinn's built-in Cubic (same path, one download each)\n");
+        println!("| path | ours util. | quinn util. | ours queue ms | quinn queue ms |\n|---|---:|---:|---:|---:|");
+        for (mbit, rtt, bdp) in [
+            (10.0, 40.0, 1.0),
+            (50.0, 40.0, 1.0),
+            (10.0, 100.0, 2.0),
+            (50.0, 20.0, 4.0),
+        ] {
+            let ours = cell(&Download::quic("cubic", mbit, rtt, bdp));
+            let quinn = cell(&Download::quic("quinn-cubic", mbit, rtt, bdp));
+            println!(
+                "| {mbit} Mbit/s, {rtt} ms, {bdp} BDP | {} | {} | {} | {} |",
+                pct(&ours),
+                pct(&quinn),
+                queue(&ours),
+                queue(&quinn)
+            );
+        }
+    }
+    if want("tcp") {
+        println!("\n### Our BBR (QUIC) beside the kernel's BBR (TCP), same path\n");
+        println!("| path | ours util. | kernel util. | ours queue ms | kernel queue ms |\n|---|---:|---:|---:|---:|");
+        for (mbit, rtt, bdp) in [(10.0, 40.0, 1.0), (50.0, 40.0, 4.0)] {
+            let ours = cell(&Download::quic("bbr", mbit, rtt, bdp));
+            let kernel = cell(&Download {
+                proto: "tcp",
+                ..Download::quic("bbr", mbit, rtt, bdp)
+            });
+            println!(
+                "| {mbit} Mbit/s, {rtt} ms, {bdp} BDP | {} | {} | {} | {} |",
+                pct(&ours),
+                pct(&kernel),
+                queue(&ours),
+                queue(&kernel)
+            );
+        }
+    }
+    if want("fairness") {
+        println!("\n### Two flows of one controller (10 Mbit/s, 40 ms, 1 BDP, equal sizes)\n");
+        println!("| controller | Jain's index while both ran | RCTs s |\n|---|---:|---|");
+        for cc in SUITE {
+            let m = cell(&Download {
+                flows: 2,
+                seconds: 12.0,
+                ..Download::quic(cc, 10.0, 40.0, 1.0)
+            });
+            match m {
+                Some(m) => println!(
+                    "| {cc} | {:.3} | {} |",
+                    m.jain(),
+                    m.rct_s.iter().map(|t| format!("{t:.1}")).collect::<Vec<_>>().join(", ")
+                ),
+                None => println!("| {cc} | failed | |"),
+            }
+        }
+    }
+}
