@@ -235,3 +235,39 @@ fn quic_only_fails_fast_with_a_typed_error_when_udp_goes_silent() {
     );
     let _ = std::fs::remove_dir_all(&r.dir);
 }
+
+#[test]
+fn wisetrans_v2_completes_every_request_when_udp_goes_silent() {
+    let _g = setup();
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/wisetrans");
+    let r = replay(
+        "wisetrans-v2",
+        &format!("--proto auto --gear wisetrans-v2 --model-dir {}", models.display()),
+    );
+    let failed: Vec<_> = r.records.iter().filter(|x| !x["error"].is_null()).collect();
+    assert!(failed.is_empty(), "requests failed: {failed:?}");
+    let worst = r
+        .records
+        .iter()
+        .filter_map(|x| x["rct_ms"].as_f64())
+        .fold(0.0, f64::max);
+    let retried = r
+        .records
+        .iter()
+        .filter(|x| str_of(x, "retried_from") == Some("h3"))
+        .count();
+    let failovers = r
+        .records
+        .iter()
+        .filter(|x| str_of(x, "decision").is_some_and(|d| d.contains(";failover=quic:")))
+        .count();
+    eprintln!(
+        "wisetrans-v2: {} requests, {retried} retried over TCP, {failovers} decision(s) after a failover, slowest {worst:.0} ms",
+        r.records.len()
+    );
+    assert!(
+        worst < IDLE_TIMEOUT_MS / 3.0,
+        "a request took {worst} ms, as if it waited for the idle timeout"
+    );
+    let _ = std::fs::remove_dir_all(&r.dir);
+}
