@@ -23,7 +23,7 @@ class TlsError(GearboxError):
     """The TLS handshake failed (over TCP, or a TLS alert in the QUIC handshake)."""
 
 class QuicError(GearboxError):
-    """The QUIC connection failed or was closed."""
+    """The QUIC connection failed or was closed, or went silent (`kind` "quic_silent")."""
 
 class RequestTimeout(GearboxError):
     """The connect timeout or the request timeout ran out."""

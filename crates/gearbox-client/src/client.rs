@@ -32,6 +32,7 @@ use crate::conn::{
 use crate::error::{from_quic, ClientError};
 use crate::gear::{StaticTransport, TransportPref};
 use crate::race::{local_address_fingerprint, RaceState};
+use crate::silence;
 use gearbox_gear_api::{Decision, TransportGear};
 
 /// One HTTP request.
@@ -56,6 +57,11 @@ pub struct Request {
     pub force_new_connection: bool,
     /// Count the response body but do not keep it (bulk transfers in load tests).
     pub discard_body: bool,
+    /// Whether the request may be sent again after it may have reached the server
+    /// (`None`: by its method, RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
+    /// The client's fallback rules retry only idempotent requests over TCP once their
+    /// QUIC connection failed with them in flight; others fail at once.
+    pub idempotent: Option<bool>,
 }
 
 impl Request {
@@ -71,7 +77,17 @@ impl Request {
             click: None,
             force_new_connection: false,
             discard_body: false,
+            idempotent: None,
         }
+    }
+
+    /// Whether the request may be sent twice: `idempotent`, or else its method's
+    /// nature (RFC 9110 §9.2.2).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent.unwrap_or(matches!(
+            self.method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+        ))
     }
 
     /// A POST of `body` to `url` over `transport`.
@@ -111,6 +127,12 @@ struct Progress {
     bytes: u64,
     /// What a `Race` request did (appended to the decision as `;race=...`).
     race: Option<&'static str>,
+    /// What the fallback rules did (appended to the decision as `;fallback=...`).
+    fallback: Option<&'static str>,
+    /// The protocol the request was first handed to, when it was retried on another.
+    retried_from: Option<Protocol>,
+    /// With `retried_from`: time from the request's start to the retry, ms.
+    retry_lost_ms: Option<f64>,
 }
 
 impl Progress {
@@ -126,6 +148,9 @@ impl Progress {
             first_byte_at: None,
             bytes: 0,
             race: None,
+            fallback: None,
+            retried_from: None,
+            retry_lost_ms: None,
         }
     }
 
@@ -148,15 +173,27 @@ impl Progress {
     }
 }
 
-/// A failure, and whether it may be retried once on a fresh connection.
+/// A failure, and what may be done about it.
 struct Failure {
     error: ClientError,
+    /// It may be retried once on a fresh connection of the same protocol (a pooled
+    /// connection turned out dead before any response header).
     retry: bool,
+    /// It happened on QUIC (handshake, connection or HTTP/3 exchange), so a fallback
+    /// mode may carry the request over TCP instead.
+    quic: bool,
+    /// The request had been handed to the connection (it may have reached the server).
+    sent: bool,
 }
 
 impl From<ClientError> for Failure {
     fn from(error: ClientError) -> Self {
-        Failure { error, retry: false }
+        Failure {
+            error,
+            retry: false,
+            quic: false,
+            sent: false,
+        }
     }
 }
 
@@ -270,6 +307,9 @@ impl Client {
         let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
             .map_err(|_| ClientError::Config(format!("idle timeout {:?} is too long for QUIC", config.idle_timeout)))?;
         transport.max_idle_timeout(Some(idle));
+        // Something retransmittable on the wire whenever nothing has been heard for a
+        // while, so a silent path shows (crate::silence).
+        transport.keep_alive_interval(Some(silence::RETRANSMITTABLE_ON_WIRE));
         let mut quic = quinn::ClientConfig::new(Arc::new(crypto));
         quic.transport_config(Arc::new(transport));
         Ok(Client {
@@ -357,7 +397,7 @@ impl Client {
             Err(e) => Err(e),
             Ok(url) => {
                 let timeout = self.inner.cfg.request_timeout;
-                match tokio::time::timeout(timeout, self.run(&url, &req, pref, &mut progress)).await {
+                match tokio::time::timeout(timeout, self.run(&url, &req, pref, start, &mut progress)).await {
                     Ok(res) => res,
                     Err(_) => Err(ClientError::Timeout {
                         what: "request",
@@ -396,18 +436,32 @@ impl Client {
             new_connection: progress.new_connection,
             handshake_ms: conn.filter(|_| progress.new_connection).map(|c| c.handshake_ms),
             transport: progress.snapshot.as_ref().and_then(SnapshotSource::snapshot),
-            decision: Some(match progress.race {
-                Some(outcome) => format!("{decision};race={outcome}"),
-                None => decision,
+            decision: Some({
+                let mut d = decision;
+                if let Some(outcome) = progress.race {
+                    d.push_str(";race=");
+                    d.push_str(outcome);
+                }
+                if let Some(what) = progress.fallback {
+                    d.push_str(";fallback=");
+                    d.push_str(what);
+                }
+                d
             }),
             decision_id,
             click: req.click,
             error: result.as_ref().err().map(|e| e.kind().to_string()),
+            retried_from: progress.retried_from,
+            retry_lost_ms: progress.retry_lost_ms,
         };
         self.inner.cfg.telemetry.write(&record);
-        if pref == TransportPref::Race {
-            if let Some(t) = &record.transport {
-                lock_std(&self.inner.race).observe_rtt(&origin, t.rtt_ms);
+        if let Some(t) = &record.transport {
+            let mut race = lock_std(&self.inner.race);
+            if pref == TransportPref::Race {
+                race.observe_rtt(&origin, t.rtt_ms);
+            }
+            if record.protocol == Protocol::H3 {
+                race.observe_quic_rtt(&origin, t.rtt_ms);
             }
         }
         self.inner
@@ -425,12 +479,37 @@ impl Client {
     }
 
     /// The request proper: resolve, get a connection, exchange, with one retry when a
-    /// pooled connection turned out dead.
+    /// pooled connection turned out dead, and the fallback from QUIC to TCP (below).
+    ///
+    /// Fallback rules, in the modes that can fall back (the caller left the transport
+    /// to the client, `Auto`, or asked for `Race`; a fixed `Quic` is the QUIC-only
+    /// baseline and never falls back):
+    /// - QUIC marked broken for the origin (`crate::race::RaceState::quic_broken`: 300 s,
+    ///   doubling per consecutive break): a gear's QUIC choice goes over TCP at once
+    ///   (`fallback=quic-broken`; `Race` has its own `race=tcp-broken`).
+    /// - A request whose QUIC attempt failed (handshake failed or timed out, the
+    ///   connection went silent, `crate::silence`, or closed, or the HTTP/3 exchange
+    ///   failed) marks QUIC broken and is sent again over TCP when that is safe: always
+    ///   when it never reached the connection (handshake failure), otherwise only when
+    ///   it is idempotent ([`Request::is_idempotent`]). The record says
+    ///   `retried_from = "h3"`, `retry_lost_ms` and `fallback=tcp-retry`. A
+    ///   non-idempotent request fails with the QUIC error instead.
+    ///
+    /// This is Chromium's `HttpNetworkTransaction::HandleIOError` (net/http/
+    /// http_network_transaction.cc): on `ERR_QUIC_PROTOCOL_ERROR` it retries the request
+    /// with alternative services disabled (`retry_without_alt_svc_on_quic_errors`) and
+    /// the alternative service ends up marked broken; on `ERR_QUIC_HANDSHAKE_FAILED` it
+    /// retries as well. Two differences: Chromium retries only while no response
+    /// header has arrived, whatever the method; here a request is retried after its
+    /// headers too (the client hands out only whole responses, so nothing partial was
+    /// seen by the caller), but only an idempotent one once it may have reached the
+    /// server.
     async fn run(
         &self,
         url: &ParsedUrl,
         req: &Request,
         pref: TransportPref,
+        start: Instant,
         p: &mut Progress,
     ) -> Result<(u16, HeaderMap, Bytes), ClientError> {
         let local = self.local_for(req.path_index)?;
@@ -443,6 +522,13 @@ impl Client {
             tcp_cc: self.inner.cfg.tcp_cc,
             connect_timeout: self.inner.cfg.connect_timeout,
         };
+        let can_fall_back =
+            matches!(req.transport, TransportPref::Auto | TransportPref::Race) && pref != TransportPref::Tcp;
+        let mut pref = pref;
+        if can_fall_back && pref == TransportPref::Quic && self.quic_broken_for(&key.0).is_some() {
+            p.fallback = Some("quic-broken");
+            pref = TransportPref::Tcp;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -456,6 +542,22 @@ impl Client {
                 Ok(out) => return Ok(out),
                 Err(f) if f.retry && attempt == 1 => {
                     tracing::debug!(url = %req.url, error = %f.error, "pooled connection was dead; retrying on a new one");
+                }
+                Err(f) if f.quic && can_fall_back && p.retried_from.is_none() => {
+                    let span = lock_std(&self.inner.race).quic_broken(&key.0, Instant::now());
+                    tracing::debug!(
+                        url = %req.url,
+                        error = %f.error,
+                        broken_s = span.as_secs(),
+                        "QUIC failed; marked broken"
+                    );
+                    if f.sent && !req.is_idempotent() {
+                        return Err(f.error);
+                    }
+                    p.retried_from = Some(Protocol::H3);
+                    p.retry_lost_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+                    p.fallback = Some("tcp-retry");
+                    pref = TransportPref::Tcp;
                 }
                 Err(f) => return Err(f.error),
             }
@@ -529,6 +631,8 @@ impl Client {
                 return Err(Failure {
                     error: http_error("h2", req, e),
                     retry: !new,
+                    quic: false,
+                    sent: true,
                 });
             }
         };
@@ -590,6 +694,8 @@ impl Client {
             return Err(Failure {
                 error: http_error("h1", req, e),
                 retry: !new,
+                quic: false,
+                sent: true,
             });
         }
         let request = hyper_request(url, req, Version::HTTP_11)?;
@@ -599,6 +705,8 @@ impl Client {
                 return Err(Failure {
                     error: http_error("h1", req, e),
                     retry: !new,
+                    quic: false,
+                    sent: true,
                 })
             }
         };
@@ -650,6 +758,7 @@ impl Client {
                         .h3_slot(key)
                         .lock()
                         .await
+                        .conn
                         .as_ref()
                         .is_some_and(|c| c.reusable(idle, now));
                     if live {
@@ -687,7 +796,7 @@ impl Client {
             }
             Ok(Raced::Quic(conn)) => {
                 lock_std(&self.inner.race).quic_won(origin);
-                *self.inner.pools.h3_slot(key).lock().await = Some(Arc::new(*conn));
+                self.inner.pools.h3_slot(key).lock().await.conn = Some(Arc::new(*conn));
                 drop(racing);
                 p.race = Some("quic");
                 let res = self.via_h3(key, dial, url, &pooled_req, p).await;
@@ -739,7 +848,8 @@ impl Client {
                     reason: format!("cannot open a UDP socket: {e}"),
                 })?;
             let cc = self.inner.cfg.quic_cc.name();
-            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id()).await
+            let idle = self.inner.cfg.idle_timeout;
+            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id(), idle).await
         };
         tokio::pin!(quic);
         let head_start = tokio::time::sleep(delay);
@@ -780,7 +890,12 @@ impl Client {
         }
     }
 
-    /// HTTP/3 on the origin's one QUIC connection.
+    /// HTTP/3 on the origin's one QUIC connection. A new connection's handshake is
+    /// bounded by `crate::silence::handshake_grace` (or the connect timeout, if shorter);
+    /// an exchange on a connection its silence watch declares silent ends at once with
+    /// [`ClientError::QuicSilent`]. Every failure here is marked `quic` (the client's
+    /// fallback rules may retry it over TCP), and `sent` once the request was handed to
+    /// the connection.
     async fn via_h3(
         &self,
         key: &Key,
@@ -791,22 +906,58 @@ impl Client {
     ) -> Result<(u16, HeaderMap, Bytes), Failure> {
         let cfg = &self.inner.cfg;
         let addr = dial.target.addr.to_string();
+        let quic_failure = |error: ClientError| Failure {
+            error,
+            retry: false,
+            quic: true,
+            sent: false,
+        };
+        let request = h3_request(url, req)?;
         let slot = self.inner.pools.h3_slot(key);
+        let waiting_since = Instant::now();
         let mut guard = slot.lock().await;
-        let (conn, new) = match &*guard {
+        let (conn, new) = match &guard.conn {
             Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
             _ => {
+                if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
+                    return Err(quic_failure(why.same_again()));
+                }
                 let endpoint = self
                     .inner
                     .pools
                     .endpoint(dial.local, dial.target.addr.is_ipv6())
-                    .map_err(|e| ClientError::Quic {
-                        addr: addr.clone(),
-                        reason: format!("cannot open a UDP socket: {e}"),
+                    .map_err(|e| {
+                        quic_failure(ClientError::Quic {
+                            addr: addr.clone(),
+                            reason: format!("cannot open a UDP socket: {e}"),
+                        })
                     })?;
                 let cc = cfg.quic_cc.name();
-                let c = Arc::new(open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id()).await?);
-                *guard = Some(c.clone());
+                let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
+                let bounded = Dial {
+                    target: dial.target,
+                    local: dial.local,
+                    tcp_cc: dial.tcp_cc,
+                    connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
+                };
+                let opened = open_h3(
+                    &bounded,
+                    &endpoint,
+                    self.inner.quic.clone(),
+                    cc,
+                    self.next_id(),
+                    cfg.idle_timeout,
+                )
+                .await;
+                let c = match opened {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        guard.failed = Some((Instant::now(), e.same_again()));
+                        return Err(quic_failure(e));
+                    }
+                };
+                guard.conn = Some(c.clone());
+                guard.failed = None;
                 (c, true)
             }
         };
@@ -818,16 +969,61 @@ impl Client {
             Protocol::H3,
         );
         conn.touch();
+        let _outstanding = conn.watch.begin();
+        let silent = |ms: u64| ClientError::QuicSilent {
+            addr: addr.clone(),
+            silent_ms: ms,
+        };
+        let outcome = tokio::select! {
+            r = self.h3_exchange(&conn, &addr, request, req, p) => r,
+            ms = conn.watch.silenced() => Err((silent(ms), true)),
+        };
+        match outcome {
+            Ok(out) => {
+                conn.touch();
+                Ok(out)
+            }
+            Err((error, before_response)) => {
+                // The watch may have closed the connection a moment before the
+                // exchange saw it: then the silence is the reason.
+                let error = conn.watch.silent_ms().map_or(error, silent);
+                let silent = matches!(error, ClientError::QuicSilent { .. });
+                if before_response && !new {
+                    conn.closed.store(true, std::sync::atomic::Ordering::Release);
+                }
+                Err(Failure {
+                    error,
+                    // A pooled connection that turned out dead is retried on a new one,
+                    // unless it went silent: the path, not the connection, is the
+                    // problem, and a new handshake would wait on it too.
+                    retry: before_response && !new && !silent,
+                    quic: true,
+                    sent: true,
+                })
+            }
+        }
+    }
+
+    /// One request and its response on an HTTP/3 connection; on failure, the error and
+    /// whether no response header had arrived.
+    async fn h3_exchange(
+        &self,
+        conn: &H3Conn,
+        addr: &str,
+        request: http::Request<()>,
+        req: &Request,
+        p: &mut Progress,
+    ) -> Result<(u16, HeaderMap, Bytes), (ClientError, bool)> {
+        let cfg = &self.inner.cfg;
         // Errors of a stream on a connection that has since closed are the connection's.
         let fail = |reason: String| match conn.quic.close_reason() {
-            Some(e) => from_quic(&addr, &e, cfg.connect_timeout),
+            Some(e) => from_quic(addr, &e, cfg.connect_timeout),
             None => ClientError::Http {
                 protocol: "h3",
                 url: req.url.clone(),
                 reason,
             },
         };
-        let request = h3_request(url, req)?;
         let mut sender = conn.sender.clone();
         let before_response = async {
             let mut stream = sender.send_request(request).await?;
@@ -847,18 +1043,7 @@ impl Client {
                 Err(e) => Err(finished.err().unwrap_or(e)),
             }
         };
-        let (mut stream, response) = match before_response.await {
-            Ok(x) => x,
-            Err(e) => {
-                if !new {
-                    conn.closed.store(true, std::sync::atomic::Ordering::Release);
-                }
-                return Err(Failure {
-                    error: fail(e.to_string()),
-                    retry: !new,
-                });
-            }
-        };
+        let (mut stream, response) = before_response.await.map_err(|e| (fail(e.to_string()), true))?;
         p.status = Some(response.status().as_u16());
         p.headers_at = Some(Instant::now());
         let mut body = BytesMut::new();
@@ -875,10 +1060,9 @@ impl Client {
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return Err(Failure::from(fail(e.to_string()))),
+                Err(e) => return Err((fail(e.to_string()), false)),
             }
         }
-        conn.touch();
         let (parts, ()) = response.into_parts();
         Ok((parts.status.as_u16(), parts.headers, body.freeze()))
     }

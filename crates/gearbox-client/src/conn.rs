@@ -34,6 +34,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::client::TlsStream;
 
 use crate::error::{from_quic, ClientError};
+use crate::silence::SilenceWatch;
 
 /// Request body type on hyper connections.
 pub(crate) type HyperBody = Full<Bytes>;
@@ -115,6 +116,8 @@ pub(crate) struct H3Conn {
     /// Set by the task driving the h3 connection when it ends.
     pub closed: Arc<AtomicBool>,
     pub last_used: Mutex<Instant>,
+    /// Silent-path detection for this connection (`crate::silence`).
+    pub watch: Arc<SilenceWatch>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -196,7 +199,19 @@ impl H1Slot {
 }
 
 /// The HTTP/3 slot of an origin: its one connection, locked while one is being opened.
-pub(crate) type H3Slot = tokio::sync::Mutex<Option<Arc<H3Conn>>>;
+pub(crate) type H3Slot = tokio::sync::Mutex<H3SlotState>;
+
+/// What an HTTP/3 slot holds.
+#[derive(Default)]
+pub(crate) struct H3SlotState {
+    /// The origin's connection.
+    pub conn: Option<Arc<H3Conn>>,
+    /// When the last handshake attempt failed, and why. Requests that were waiting
+    /// for that attempt (they started before it failed) fail with it instead of each
+    /// trying a handshake of its own one after another: on a blackholed path a burst of
+    /// requests would otherwise wait one handshake grace each.
+    pub failed: Option<(Instant, ClientError)>,
+}
 
 /// A leased HTTP/1.1 connection: the connection plus the permit that counts it.
 pub(crate) struct H1Lease {
@@ -399,13 +414,15 @@ pub(crate) async fn start_h1(io: TcpTls, id: u64, server_addr: SocketAddr) -> Re
     })
 }
 
-/// A QUIC connection and HTTP/3 on it, bounded by the connect timeout.
+/// A QUIC connection and HTTP/3 on it, bounded by the connect timeout; `idle`: the
+/// pool's idle timeout, after which the silence watch closes the connection unused.
 pub(crate) async fn open_h3(
     dial: &Dial<'_>,
     endpoint: &quinn::Endpoint,
     config: quinn::ClientConfig,
     cc: &'static str,
     id: u64,
+    idle: Duration,
 ) -> Result<H3Conn, ClientError> {
     let addr = dial.target.addr;
     let started = Instant::now();
@@ -460,6 +477,7 @@ pub(crate) async fn open_h3(
             local_addr,
             handshake_ms,
         },
+        watch: SilenceWatch::spawn(quic.clone(), idle),
         quic,
         sender,
         cc,

@@ -59,6 +59,16 @@ pub enum ClientError {
         /// quinn's (or h3's) reason.
         reason: String,
     },
+    /// The QUIC connection went silent: requests were outstanding on it and nothing
+    /// arrived from the server for `silent_ms` (a UDP blackhole, see `crate::silence`);
+    /// the client closed it instead of waiting for the idle timeout.
+    #[error("QUIC path to {addr} went silent: nothing received for {silent_ms} ms with requests outstanding")]
+    QuicSilent {
+        /// Server address.
+        addr: String,
+        /// How long nothing had arrived when the connection was given up, ms.
+        silent_ms: u64,
+    },
     /// A bounded wait ran out: the handshake (connect timeout) or the whole request
     /// (request timeout).
     #[error("{what} with {addr} timed out after {} ms", after.as_millis())]
@@ -91,6 +101,53 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The same failure for another request that waited on it (a shared handshake):
+    /// the same kind and message; an I/O source is carried as its text.
+    pub(crate) fn same_again(&self) -> ClientError {
+        match self {
+            ClientError::Connect { addr, source } => ClientError::Connect {
+                addr: addr.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            ClientError::BadUrl { url, reason } => ClientError::BadUrl {
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::Path { index, available } => ClientError::Path {
+                index: *index,
+                available: *available,
+            },
+            ClientError::Resolve { host, reason } => ClientError::Resolve {
+                host: host.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::Tls { addr, reason } => ClientError::Tls {
+                addr: addr.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::Quic { addr, reason } => ClientError::Quic {
+                addr: addr.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::QuicSilent { addr, silent_ms } => ClientError::QuicSilent {
+                addr: addr.clone(),
+                silent_ms: *silent_ms,
+            },
+            ClientError::Timeout { what, addr, after } => ClientError::Timeout {
+                what,
+                addr: addr.clone(),
+                after: *after,
+            },
+            ClientError::Http { protocol, url, reason } => ClientError::Http {
+                protocol,
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            ClientError::Config(s) => ClientError::Config(s.clone()),
+            ClientError::Page(s) => ClientError::Page(s.clone()),
+        }
+    }
+
     /// Short kind written to the telemetry record's `error` field.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -100,6 +157,7 @@ impl ClientError {
             ClientError::Connect { .. } => "connect",
             ClientError::Tls { .. } => "tls",
             ClientError::Quic { .. } => "quic",
+            ClientError::QuicSilent { .. } => "quic_silent",
             ClientError::Timeout { .. } => "timeout",
             ClientError::Http { .. } => "http",
             ClientError::Config(_) => "config",

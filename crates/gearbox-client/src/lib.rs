@@ -25,6 +25,7 @@ pub mod gear;
 mod page;
 pub mod race;
 pub mod replay;
+pub mod silence;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};

@@ -1,4 +1,6 @@
-//! Racing QUIC against TCP, Chromium-style: the `Race` baseline of the transport gear.
+//! Racing QUIC against TCP, Chromium-style: the `Race` baseline of the transport gear,
+//! and the memory of broken QUIC that every mode that can fall back to TCP shares
+//! (`Auto` and `Race`, see `Client`'s fallback rules and `crate::silence`).
 //!
 //! WiseTrans is judged against what browsers do today. Chromium opens a new
 //! connection to a QUIC-capable origin by starting the QUIC handshake and holding the
@@ -49,6 +51,9 @@ struct OriginRace {
     /// Consecutive breaks (a QUIC win resets it); the next break lasts
     /// `BROKEN_BASE * 2^breaks`.
     breaks: u32,
+    /// Last smoothed RTT of any QUIC request to the origin (whatever the mode): bounds
+    /// the next QUIC handshake (`crate::silence::handshake_grace`).
+    quic_srtt_ms: Option<f64>,
 }
 
 /// The race's memory across requests, per origin (`host:port`).
@@ -129,6 +134,19 @@ impl RaceState {
     /// TCP connected while QUIC was broken (the choice, without a new break).
     pub fn tcp_used(&mut self, origin: &str) {
         self.origins.entry(origin.to_string()).or_default().choice = Some(TransportPref::Tcp);
+    }
+
+    /// The smoothed RTT a QUIC request measured to `origin`, milliseconds (any mode).
+    pub fn observe_quic_rtt(&mut self, origin: &str, rtt_ms: f64) {
+        if rtt_ms.is_finite() && rtt_ms > 0.0 {
+            self.origins.entry(origin.to_string()).or_default().quic_srtt_ms = Some(rtt_ms);
+        }
+    }
+
+    /// The last smoothed RTT a QUIC request measured to `origin`.
+    pub fn quic_rtt(&self, origin: &str) -> Option<Duration> {
+        let ms = self.origins.get(origin)?.quic_srtt_ms?;
+        Duration::try_from_secs_f64(ms / 1e3).ok()
     }
 
     /// The smoothed RTT a raced request measured to `origin`, milliseconds.

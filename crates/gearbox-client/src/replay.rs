@@ -135,7 +135,11 @@ pub async fn replay_requests(
         let url = format!("{}{}", options.target, r.path);
         let mut req = if r.request_bytes > 0 {
             let body = Bytes::from(vec![b'x'; usize::try_from(r.request_bytes).unwrap_or(usize::MAX)]);
-            Request::post(url, body, options.transport)
+            let mut post = Request::post(url, body, options.transport);
+            // The edge's `/bytes/{n}` only answers n bytes and keeps nothing: sending
+            // such a POST twice does no harm, so the fallback to TCP may retry it.
+            post.idempotent = Some(true);
+            post
         } else {
             Request::get(url, options.transport)
         };
@@ -438,6 +442,8 @@ mod tests {
             decision_id: None,
             click: None,
             error: error.map(str::to_owned),
+            retried_from: None,
+            retry_lost_ms: None,
         }
     }
 

@@ -173,6 +173,19 @@ pub struct ClientRecord {
     pub decision_id: Option<DecisionId>,
     /// Workload click/session index, when the request came from a workload.
     pub click: Option<u32>,
-    /// Error kind when the request failed (`connect`, `tls`, `quic`, `timeout`, `http`, ...).
+    /// Error kind when the request failed (`connect`, `tls`, `quic`, `quic_silent`,
+    /// `timeout`, `http`, ...).
     pub error: Option<String>,
+    /// The protocol the request was first handed to when the client carried it on
+    /// another one: `h3` when its QUIC connection failed or went silent after the request
+    /// was given to it, or its QUIC handshake failed, and the client sent it again over
+    /// TCP (`protocol` then says which). `null` when the request ran where it started.
+    /// Absent in records written before the field existed.
+    #[serde(default)]
+    pub retried_from: Option<Protocol>,
+    /// With `retried_from`: milliseconds from the request's start to the moment the
+    /// client gave up on the first protocol (the time the retry cost it, included in
+    /// `rct_ms`).
+    #[serde(default)]
+    pub retry_lost_ms: Option<f64>,
 }

@@ -74,6 +74,8 @@ fn record(rng: &mut SplitMix64, i: u64, protocol: Protocol) -> ClientRecord {
         decision_id: None,
         click: None,
         error: None,
+        retried_from: None,
+        retry_lost_ms: None,
     }
 }
 

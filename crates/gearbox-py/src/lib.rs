@@ -123,7 +123,7 @@ fn client_error(py: Python<'_>, e: &ClientError) -> PyErr {
     let err = match e.kind() {
         "connect" | "resolve" => ConnectError::new_err(message),
         "tls" => TlsError::new_err(message),
-        "quic" => QuicError::new_err(message),
+        "quic" | "quic_silent" => QuicError::new_err(message),
         "timeout" => RequestTimeout::new_err(message),
         "http" => HttpError::new_err(message),
         "bad_url" => BadUrl::new_err(message),

@@ -37,6 +37,8 @@ RECORD_TYPES: dict[str, str] = {
     "handshake_ms": "float64",
     "decision": "string",
     "click": "int64",
+    "retried_from": "string",
+    "retry_lost_ms": "float64",
     "transport_cc": "string",
     "transport_rtt_ms": "float64",
     "transport_min_rtt_ms": "float64",

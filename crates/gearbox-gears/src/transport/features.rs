@@ -381,6 +381,8 @@ pub(crate) mod tests {
             decision_id: None,
             click: None,
             error: None,
+            retried_from: None,
+            retry_lost_ms: None,
         }
     }
 

@@ -225,6 +225,14 @@ pub struct TransportConfig {
     /// change under a right choice (`plain`), slower where the new protocol itself broke
     /// (`udp`, a UDP policer). `false` is the paper's rule: go back at once.
     pub rollback_verify: bool,
+    /// WiseTrans-v1 and v2 leave the current protocol at once when one of its requests
+    /// fails or stalls (an `error`, or QUIC given up under the request and the request
+    /// retried over TCP, docs/client.md "Falling back from QUIC"), outside an
+    /// exploration, at most once per `min_dwell_ms`; the failure counts on the left
+    /// protocol's side of the Rollback Checker. Why: a failed request is the strongest
+    /// evidence the monitor gets, and waiting for the model or the checker's 10 s
+    /// interval on a blocked protocol fails (or stalls) every request until then.
+    pub switch_on_failure: bool,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
 }
@@ -250,6 +258,7 @@ impl Default for TransportConfig {
             rollback_min_requests: 3,
             rollback_hold_ms: 60_000,
             rollback_verify: true,
+            switch_on_failure: true,
             max_origins: 256,
         }
     }

@@ -289,14 +289,24 @@ impl RollbackChecker {
     /// A protocol switch `from` → `to` happened at `now`; `probe_costs` are the probe
     /// results of `from` if an exploration led to it. Starts a check (if enabled and
     /// the before side has enough requests).
+    ///
+    /// A switch during the probation of the previous one (a failover, or v1 after its
+    /// dwell) takes the requests that check had measured on `from` as before-side
+    /// requests too: they are the freshest measurements of `from` (while a check runs,
+    /// nothing goes to the recent list).
     pub fn switched(&mut self, from: Transport, to: Transport, now: Instant, probe_costs: &[f64]) {
+        let carried = self
+            .check
+            .as_ref()
+            .filter(|c| c.to == from)
+            .map_or((0.0, 0), |c| (c.after_sum, c.after_n));
         self.check = None;
         self.verifying = None;
         if !self.enabled || from == to {
             return;
         }
         self.trim(now);
-        let (mut sum, mut n) = (0.0, 0usize);
+        let (mut sum, mut n) = carried;
         for &(_, t, c) in &self.recent {
             if t == from {
                 sum += c;

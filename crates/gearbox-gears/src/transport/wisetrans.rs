@@ -51,7 +51,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gearbox_gear_api::{ClientRecord, Decision, DecisionId, TransportChoice, TransportGear};
+use gearbox_gear_api::{ClientRecord, Decision, DecisionId, Protocol, TransportChoice, TransportGear};
 
 use super::features::FeatureExtractor;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
@@ -103,6 +103,9 @@ enum Event {
     },
     /// An exploration was abandoned.
     Abandoned,
+    /// A request on the current protocol failed or stalled and the gear left it at once
+    /// (`what`: the error kind, `retried` or `broken`, see [`failure_of`]).
+    FailedOver { from: Transport, what: &'static str },
 }
 
 /// Everything WiseTrans knows about one origin.
@@ -128,6 +131,9 @@ struct OriginState {
     /// What each tagged decision not yet answered was part of, by the id its record
     /// will carry back (oldest first; see [`Tag`]).
     tags: BTreeMap<DecisionId, Tag>,
+    /// No failover (see [`failure_of`]) before this: two protocols failing in turn do not
+    /// flap faster than the dwell.
+    failover_hold: Option<Instant>,
     /// Local IP of the origin's last successful connection.
     local_ip: Option<String>,
     last_used: Instant,
@@ -246,6 +252,7 @@ fn state_of<'a>(
         )
         .verifying(c.rollback_verify),
         tags: BTreeMap::new(),
+        failover_hold: None,
         local_ip: None,
         last_used: now,
         events: Vec::new(),
@@ -434,6 +441,7 @@ impl TransportGear for WiseTrans {
                     }
                 }
                 Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
+                Event::FailedOver { from, what } => extra.push(("failover", format!("{}:{what}", from.name()))),
             }
         }
         let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -473,6 +481,14 @@ impl TransportGear for WiseTrans {
         let st = state_of(&mut self.origins, cfg, &origin, now);
         let transport = st.features.observe(record, now);
         let cost = request_cost(record, cfg);
+        // A request the client carried over TCP because QUIC failed under it (or was
+        // broken) is a failed QUIC request to every judge below; its TCP time is not a
+        // measurement of either protocol.
+        let failure = failure_of(record);
+        let (transport, cost) = match failure {
+            Some((failed, _)) if failed != transport => (failed, cfg.failed_request_cost_ms),
+            _ => (transport, cost),
+        };
 
         // A new local address on a successful request is a new path.
         if record.error.is_none() && !record.local_addr.is_empty() {
@@ -524,6 +540,28 @@ impl TransportGear for WiseTrans {
             return;
         }
 
+        // Failover: a failed or stalled request on the current protocol is the strongest
+        // evidence a monitor gets; leave the protocol at once (whatever the model's score
+        // or a running check) and let the Rollback Checker judge the move with the
+        // failure on the side of the protocol left.
+        if let Some((failed, what)) = failure {
+            let free = st.failover_hold.is_none_or(|t| now >= t);
+            if cfg.switch_on_failure && failed == st.current && free && !st.probe.exploring() {
+                let from = st.current;
+                st.current = from.other();
+                st.score = None;
+                st.history_score = None;
+                if st.pending == Some(Trigger::ScoreJump) {
+                    st.pending = None;
+                }
+                st.hold_until = Some(now + ms(cfg.min_dwell_ms));
+                st.failover_hold = Some(now + ms(cfg.min_dwell_ms));
+                st.rollback.switched(from, st.current, now, &[cost]);
+                st.events.push(Event::FailedOver { from, what });
+                return;
+            }
+        }
+
         if let Some(v) = st.rollback.observe(transport, cost, now) {
             apply_verdict(st, v, now, cfg);
         }
@@ -546,6 +584,35 @@ impl TransportGear for WiseTrans {
             }
         }
     }
+}
+
+/// The protocol a record shows failing or stalling, and how: the one it ran on when it
+/// has an `error` (its kind); QUIC when the client retried it over TCP after QUIC failed
+/// under it (`retried_from = "h3"`: `retried`) or sent it over TCP because QUIC was
+/// marked broken (`fallback=quic-broken` in the client's part of the decision: `broken`)
+/// (docs/client.md "Falling back from QUIC").
+pub(crate) fn failure_of(record: &ClientRecord) -> Option<(Transport, &'static str)> {
+    if record.retried_from == Some(Protocol::H3) {
+        return Some((Transport::Quic, "retried"));
+    }
+    if record
+        .decision
+        .as_deref()
+        .is_some_and(|d| d.contains(";fallback=quic-broken"))
+    {
+        return Some((Transport::Quic, "broken"));
+    }
+    let kind = record.error.as_deref()?;
+    let on = match record.protocol {
+        Protocol::H3 => Transport::Quic,
+        Protocol::H1 | Protocol::H2 => Transport::Tcp,
+    };
+    // A static set of names, so events stay `Copy`; anything else is `error`.
+    let what = ["quic_silent", "quic", "timeout", "http", "connect", "tls"]
+        .into_iter()
+        .find(|k| *k == kind)
+        .unwrap_or("error");
+    Some((on, what))
 }
 
 /// Phase and why of an exploiting decision (no switch now).
@@ -1269,6 +1336,118 @@ mod tests {
         assert_eq!(why.id, None, "{why}");
         let mut fallback = WiseTrans::load(Version::V2, None, TransportConfig::default());
         assert_eq!(fallback.choose(ORIGIN, t0).id, None);
+    }
+
+    /// A request the client retried over TCP after its QUIC connection went silent.
+    fn retried_over_tcp(decision: &Why, rct: f64) -> ClientRecord {
+        let mut r = done(Transport::Tcp, rct, decision, 9, (0, 0));
+        r.retried_from = Some(Protocol::H3);
+        r.retry_lost_ms = Some(rct - 80.0);
+        r
+    }
+
+    #[test]
+    fn v2_leaves_quic_at_once_when_a_request_on_it_stalls_and_the_client_retries_it_over_tcp() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        explore(&mut g, t0, 200.0, 50.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        // Three fast QUIC requests, then UDP is blocked: the next one is retried over TCP.
+        let mut t = t0 + ms(100);
+        for _ in 0..3 {
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Quic, "{why}");
+            g.observe(&done(Transport::Quic, 50.0, &why, 2, (0, 0)), t + ms(50));
+            t += ms(100);
+        }
+        let (p, why) = g.ask(ORIGIN, t);
+        assert_eq!(p, TransportChoice::Quic);
+        g.observe(&retried_over_tcp(&why, 1_100.0), t + ms(1_100));
+        assert_eq!(
+            g.selected(ORIGIN),
+            Some(Transport::Tcp),
+            "no model, no checker waited for"
+        );
+        let (p, why) = g.ask(ORIGIN, t + ms(1_101));
+        assert_eq!(p, TransportChoice::Tcp);
+        assert!(why.contains(";failover=quic:retried"), "{why}");
+        assert!(
+            g.origins[ORIGIN].rollback.checking(),
+            "the move is on probation like any switch"
+        );
+        // TCP serves well: the checker, whose "before" side holds the failure, keeps it
+        // (judged on the first request after its 10 s interval).
+        let mut t = t + ms(1_200);
+        for _ in 0..5 {
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Tcp, "{why}");
+            g.observe(&done(Transport::Tcp, 60.0, &why, 3, (0, 0)), t + ms(60));
+            t += ms(3_000);
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        assert!(!g.origins[ORIGIN].rollback.checking());
+    }
+
+    #[test]
+    fn v1_leaves_a_protocol_whose_request_failed_but_not_back_and_forth_faster_than_the_dwell() {
+        // p = 0.12 everywhere: the model alone would never switch.
+        let (mut g, _d) = gear(Version::V1, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let (p, why) = g.ask(ORIGIN, t0);
+        assert_eq!(p, TransportChoice::Tcp);
+        let mut failed = done(Transport::Tcp, 0.0, &why, 1, (0, 0));
+        failed.rct_ms = None;
+        failed.error = Some("timeout".into());
+        g.observe(&failed, t0 + ms(10));
+        let (p, why) = g.ask(ORIGIN, t0 + ms(20));
+        assert_eq!(p, TransportChoice::Quic, "{why}");
+        assert!(why.contains(";failover=tcp:timeout"), "{why}");
+        // QUIC fails too, within the dwell: no flapping back yet.
+        let mut silent = done(Transport::Quic, 0.0, &why, 2, (0, 0));
+        silent.rct_ms = None;
+        silent.error = Some("quic_silent".into());
+        g.observe(&silent, t0 + ms(1_000));
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        // After the dwell, a QUIC failure moves it back.
+        g.observe(&silent, t0 + ms(2_100));
+        let (p, why) = g.ask(ORIGIN, t0 + ms(2_200));
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
+        assert!(why.contains(";failover=quic:quic_silent"), "{why}");
+    }
+
+    #[test]
+    fn without_switch_on_failure_a_failure_is_only_a_costly_request() {
+        let cfg = TransportConfig {
+            switch_on_failure: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V1, -2.0, -2.0, cfg);
+        let t0 = Instant::now();
+        let (_, why) = g.ask(ORIGIN, t0);
+        let mut failed = done(Transport::Tcp, 0.0, &why, 1, (0, 0));
+        failed.rct_ms = None;
+        failed.error = Some("connect".into());
+        g.observe(&failed, t0 + ms(10));
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+    }
+
+    #[test]
+    fn a_quic_probe_the_client_sent_over_tcp_counts_as_a_failed_quic_probe() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // QUIC is broken in the client: its probe slots come back over TCP, fast. Without
+        // the rule they would make QUIC look as fast as TCP.
+        let slots: Vec<_> = (0..6).map(|k| g.ask(ORIGIN, t0 + ms(k))).collect();
+        for (k, (p, why)) in slots.iter().enumerate() {
+            let mut r = done(Transport::Tcp, 40.0, why, 1, (0, 0));
+            if *p == TransportChoice::Quic {
+                r.decision = Some(format!("{};fallback=quic-broken", why.text));
+            }
+            g.observe(&r, t0 + ms(50 + k as u64));
+        }
+        let (p, why) = g.ask(ORIGIN, t0 + ms(100));
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
+        assert!(why.contains("picked=tcp:") && why.contains("/quic:10000.0"), "{why}");
     }
 
     #[test]
