@@ -27,6 +27,7 @@ pub mod bbr;
 pub mod config;
 pub mod copa;
 pub mod cubic;
+pub mod kernel;
 pub mod newreno;
 pub mod path;
 pub mod switchable;
@@ -37,6 +38,7 @@ pub mod westwood;
 
 pub use algorithm::{Ack, Algorithm, Phase, SendingRate};
 pub use config::{CcConfig, InvalidParameter, MAX_INITIAL_WINDOW_PACKETS};
+pub use kernel::{TcpCc, TcpCcHandle, TcpSwitchError};
 pub use path::{PathEstimator, PathState};
 pub use switchable::{
     ControllerStatus, SwitchConfig, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, Switchable,
@@ -193,64 +195,6 @@ impl From<QuicCc> for String {
     }
 }
 
-/// A kernel TCP congestion controller, set per socket with `TCP_CONGESTION`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TcpCc {
-    /// The kernel's Reno.
-    Reno,
-    /// The kernel's CUBIC (the usual system default).
-    Cubic,
-    /// The kernel's BBR (`tcp_bbr`).
-    Bbr,
-}
-
-impl TcpCc {
-    /// Every kernel controller gearbox knows, in `--help` order.
-    pub const ALL: [TcpCc; 3] = [TcpCc::Reno, TcpCc::Cubic, TcpCc::Bbr];
-
-    /// The kernel's name for it (what `tcp_available_congestion_control` lists).
-    pub fn name(self) -> &'static str {
-        match self {
-            TcpCc::Reno => "reno",
-            TcpCc::Cubic => "cubic",
-            TcpCc::Bbr => "bbr",
-        }
-    }
-
-    /// Sets this controller on `socket`. Fails with the kernel's error when the
-    /// module is not loaded or not allowed for an unprivileged process.
-    pub fn apply(self, socket: &socket2::SockRef<'_>) -> std::io::Result<()> {
-        socket.set_tcp_congestion(self.name().as_bytes())
-    }
-
-    /// Reads the controller a socket runs, as the kernel names it.
-    pub fn current(socket: &socket2::SockRef<'_>) -> std::io::Result<String> {
-        let raw = socket.tcp_congestion()?;
-        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-        Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
-    }
-}
-
-impl fmt::Display for TcpCc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for TcpCc {
-    type Err = UnknownCc;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TcpCc::ALL
-            .into_iter()
-            .find(|c| c.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownCc {
-                name: s.to_string(),
-                valid: TcpCc::ALL.map(|c| c.name()).join(", "),
-            })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,9 +213,6 @@ mod tests {
         for c in QuicCc::ALL {
             assert_eq!(c.name().parse::<QuicCc>().unwrap(), c);
         }
-        for c in TcpCc::ALL {
-            assert_eq!(c.name().parse::<TcpCc>().unwrap(), c);
-        }
     }
 
     #[test]
@@ -286,13 +227,5 @@ mod tests {
         assert_eq!(c.initial_window(), 10 * PACKET_BYTES);
         let e = QuicCc::CUBIC.factory(Some(0)).err().unwrap();
         assert_eq!(e.field, "initial_window");
-    }
-
-    #[test]
-    fn kernel_tcp_congestion_is_set_per_socket() {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        let r = socket2::SockRef::from(&s);
-        TcpCc::Reno.apply(&r).unwrap();
-        assert_eq!(TcpCc::current(&r).unwrap(), "reno");
     }
 }

@@ -65,6 +65,8 @@ pub enum SwitchOutcome {
     NoOp,
     /// A newer request arrived while this one waited; this one was dropped.
     Replaced,
+    /// The stack refused it (kernel TCP: a controller the kernel does not offer).
+    Refused,
 }
 
 /// One switch request's result, for telemetry (Floo §3.4; the figures of Fig. 3, 12).

@@ -25,6 +25,16 @@ async fn admin(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, St
     (status, body)
 }
 
+/// Waits until the edge has finished (and recorded) `n` requests over `protocol`: the
+/// edge writes a request's record when the client has acknowledged its last byte,
+/// shortly after the client has the body.
+async fn served(addr: std::net::SocketAddr, protocol: &str, n: u64) {
+    let want = format!("gearbox_requests_total{{protocol=\"{protocol}\"}} {n}");
+    while !admin(addr, "GET", "/metrics").await.1.contains(&want) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded() {
     let site = Site::new();
@@ -52,8 +62,8 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
             .expect("GET over QUIC")
     };
     bounded(async {
-        let first = get().await;
-        assert_eq!(first.record.transport.as_ref().unwrap().cc, "cubic");
+        get().await;
+        served(admin_addr, "h3", 1).await;
         let (status, body) = admin(admin_addr, "GET", "/connections").await;
         assert_eq!(status, 200, "{body}");
         let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -77,6 +87,7 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
         let second = get().await;
         assert!(!second.record.new_connection, "the same connection carries on");
         assert_eq!(second.body.len(), 200_000);
+        served(admin_addr, "h3", 2).await;
         // The edge's record of the second request names the controller now running.
         // A switch to what already runs is a recorded no-op.
         let (status, _) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=bbr")).await;
@@ -140,4 +151,89 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
         .collect();
     assert_eq!(after[0], "cubic");
     assert_eq!(after[1], "bbr");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_kernel_lacks() {
+    let site = Site::new();
+    let telemetry = site.path().join("edge.jsonl");
+    let edge = site
+        .edge(gearbox_edge::EdgeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+            telemetry: Some(telemetry.clone()),
+            tcp_cc: Some(gearbox_cc::TcpCc::Cubic),
+            ..gearbox_edge::EdgeConfig::default()
+        })
+        .await;
+    let (tcp, admin_addr) = (edge.tcp_addr(), edge.admin_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = site.client();
+    let url = format!("https://{tcp}/bytes/200000");
+    bounded(async {
+        client
+            .request(Request::get(&url, TransportPref::Tcp))
+            .await
+            .expect("GET over TCP");
+        served(admin_addr, "h2", 1).await;
+        let (_, body) = admin(admin_addr, "GET", "/connections").await;
+        let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (conns[0]["transport"].as_str(), conns[0]["cca"].as_str()),
+            (Some("tcp"), Some("cubic"))
+        );
+        let id = conns[0]["conn_id"].as_u64().unwrap();
+        let (status, body) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=bbr")).await;
+        assert_eq!(status, 202, "{body}");
+        let (_, body) = admin(admin_addr, "GET", "/connections").await;
+        let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(conns[0]["cca"], "bbr", "the kernel switched the live socket at once");
+        let second = client
+            .request(Request::get(&url, TransportPref::Tcp))
+            .await
+            .expect("GET over TCP");
+        assert!(!second.record.new_connection);
+        assert_eq!(second.body.len(), 200_000);
+        let (status, body) = admin(admin_addr, "POST", &format!("/connections/{id}/cc?to=copa")).await;
+        assert_eq!(status, 409);
+        assert!(
+            body.contains("no kernel TCP implementation") && body.contains("the kernel offers"),
+            "{body}"
+        );
+        let (_, metrics) = admin(admin_addr, "GET", "/metrics").await;
+        assert!(
+            metrics.contains("gearbox_cc_switches_total{from=\"cubic\",to=\"bbr\",mode=\"kernel\"} 1"),
+            "{metrics}"
+        );
+    })
+    .await;
+    drop(client);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&telemetry)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert_eq!(
+        (
+            switches[0]["transport"].as_str(),
+            switches[0]["from"].as_str(),
+            switches[0]["to"].as_str()
+        ),
+        (Some("tcp"), Some("cubic"), Some("bbr"))
+    );
+    assert_eq!(switches[0]["outcome"], "switched");
+    // The edge's records of the two requests name the server socket's controller.
+    let ccs: Vec<&str> = records
+        .iter()
+        .filter(|r| r["path"] == "/bytes/200000")
+        .map(|r| r["transport"]["cc"].as_str().unwrap())
+        .collect();
+    assert_eq!(ccs, ["cubic", "bbr"]);
 }

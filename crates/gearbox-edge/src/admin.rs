@@ -136,6 +136,8 @@ fn switch(live: &LiveConnections, id: &str, query: &str) -> http::Response<Full<
             serde_json::json!({ "conn_id": conn_id, "to": to, "mode": mode }).to_string() + "\n",
         ),
         Err(e @ SwitchError::NoConnection(_)) => json_error(StatusCode::NOT_FOUND, &e.to_string()),
-        Err(e @ SwitchError::NotSwitchable { .. }) => json_error(StatusCode::CONFLICT, &e.to_string()),
+        Err(e @ (SwitchError::NotSwitchable { .. } | SwitchError::Kernel { .. })) => {
+            json_error(StatusCode::CONFLICT, &e.to_string())
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use gearbox_cc::{Cca, ControllerStatus, QuicCc, SwitchHandle, SwitchMode, SwitchRecord};
+use gearbox_cc::{Cca, ControllerStatus, QuicCc, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, TcpCcHandle};
 use gearbox_dataplane::telemetry::{unix_ms_now, TelemetrySink};
 use gearbox_gear_api::Transport;
 use serde::Serialize;
@@ -23,6 +23,8 @@ pub enum CcControl {
     Quic(SwitchHandle),
     /// A QUIC connection running one of quinn's built-ins, which cannot switch.
     QuinnBuiltIn(QuicCc),
+    /// A TCP connection: the kernel's controller, set on the live socket.
+    Tcp(TcpCcHandle),
 }
 
 /// Why a switch request was refused.
@@ -31,6 +33,14 @@ pub enum SwitchError {
     /// No live connection has that id.
     #[error("no live connection {0}")]
     NoConnection(u64),
+    /// The kernel has no such controller (Copa, Vivace) or refused it.
+    #[error("connection {conn_id}: {message}")]
+    Kernel {
+        /// The connection.
+        conn_id: u64,
+        /// What the kernel said, with what it offers.
+        message: String,
+    },
     /// The connection runs quinn's built-in controller.
     #[error("connection {conn_id} runs quinn's built-in {cc}, which cannot switch; start the edge with one of the suite's controllers (--cc newreno|cubic|bbr|copa|westwood|vivace)")]
     NotSwitchable {
@@ -50,8 +60,9 @@ pub struct LiveSummary {
     pub client_addr: SocketAddr,
     /// `tcp` or `quic`.
     pub transport: Transport,
-    /// Running algorithm (None before the first ACK or on a built-in).
-    pub cca: Option<Cca>,
+    /// Running algorithm (QUIC: None before the first ACK or on a built-in; TCP: the
+    /// kernel's name).
+    pub cca: Option<String>,
     /// Its phase.
     pub phase: Option<&'static str>,
     /// Congestion window, bytes.
@@ -81,20 +92,49 @@ struct SwitchEvent<'a> {
     record: &'a SwitchRecord,
 }
 
-/// Switch counts by (from, to, mode) for `/metrics`.
+/// The record a kernel TCP switch leaves: no phases or windows, the kernel keeps them.
+#[derive(Debug, Serialize)]
+struct TcpSwitchEvent<'a> {
+    side: &'static str,
+    schema: u32,
+    event: &'static str,
+    time_unix_ms: f64,
+    conn_id: u64,
+    transport: Transport,
+    from: &'a str,
+    to: &'a str,
+    mode: &'static str,
+    outcome: SwitchOutcome,
+    error: Option<String>,
+}
+
+/// Switch counts by (from, to, mode) for `/metrics`; mode `kernel` for TCP.
 #[derive(Debug, Default)]
-pub struct SwitchCounts(Mutex<BTreeMap<(Cca, Cca, SwitchMode), u64>>);
+pub struct SwitchCounts(Mutex<BTreeMap<(String, String, &'static str), u64>>);
 
 impl SwitchCounts {
-    fn count(&self, r: &SwitchRecord) {
-        if r.outcome == gearbox_cc::SwitchOutcome::Switched {
-            *lock(&self.0).entry((r.from, r.to, r.mode)).or_default() += 1;
-        }
+    fn count(&self, from: &str, to: &str, mode: &'static str) {
+        *lock(&self.0)
+            .entry((from.to_string(), to.to_string(), mode))
+            .or_default() += 1;
     }
 
     /// `(from, to, mode, count)` for every pair switched at least once.
-    pub fn snapshot(&self) -> Vec<(Cca, Cca, SwitchMode, u64)> {
-        lock(&self.0).iter().map(|(&(f, t, m), &n)| (f, t, m, n)).collect()
+    pub fn snapshot(&self) -> Vec<(String, String, &'static str, u64)> {
+        lock(&self.0)
+            .iter()
+            .map(|((f, t, m), &n)| (f.clone(), t.clone(), *m, n))
+            .collect()
+    }
+}
+
+/// The kernel's name for an algorithm, where the kernel has one.
+fn kernel_name(c: Cca) -> Option<&'static str> {
+    match c {
+        Cca::NewReno => Some("reno"),
+        Cca::Cubic => Some("cubic"),
+        Cca::Bbr => Some("bbr"),
+        Cca::Copa | Cca::Westwood | Cca::Vivace => None,
     }
 }
 
@@ -130,7 +170,9 @@ impl LiveConnections {
             let telemetry = self.telemetry.clone();
             let counts = self.counts.clone();
             handle.set_observer(move |record| {
-                counts.count(record);
+                if record.outcome == SwitchOutcome::Switched {
+                    counts.count(record.from.name(), record.to.name(), record.mode.name());
+                }
                 telemetry.write(&SwitchEvent {
                     side: "edge",
                     schema: 1,
@@ -156,16 +198,62 @@ impl LiveConnections {
         }
     }
 
-    /// Asks connection `conn_id` to run `to`; the controller acts at its next event.
+    /// Asks connection `conn_id` to run `to`. A QUIC controller acts at its next
+    /// event, in `mode`; a TCP socket switches at once, with no state migration (the
+    /// kernel's own re-initialisation; `mode` does not apply).
     pub fn switch(&self, conn_id: u64, to: Cca, mode: SwitchMode) -> Result<(), SwitchError> {
-        let conns = lock(&self.conns);
-        let entry = conns.get(&conn_id).ok_or(SwitchError::NoConnection(conn_id))?;
-        match &entry.control {
+        let control = lock(&self.conns)
+            .get(&conn_id)
+            .map(|e| e.control.clone())
+            .ok_or(SwitchError::NoConnection(conn_id))?;
+        match control {
             CcControl::Quic(handle) => {
                 handle.switch_to(to, mode);
                 Ok(())
             }
             CcControl::QuinnBuiltIn(cc) => Err(SwitchError::NotSwitchable { conn_id, cc: cc.name() }),
+            CcControl::Tcp(handle) => self.switch_tcp(conn_id, &handle, to),
+        }
+    }
+
+    fn switch_tcp(&self, conn_id: u64, handle: &TcpCcHandle, to: Cca) -> Result<(), SwitchError> {
+        let from = handle.current().unwrap_or_else(|_| "unknown".into());
+        let Some(name) = kernel_name(to) else {
+            return Err(SwitchError::Kernel {
+                conn_id,
+                message: format!(
+                    "{to} has no kernel TCP implementation; the kernel offers: {}",
+                    gearbox_cc::kernel::available()
+                ),
+            });
+        };
+        let (outcome, error) = if from == name {
+            (SwitchOutcome::NoOp, None)
+        } else {
+            match handle.switch_to(name) {
+                Ok(()) => (SwitchOutcome::Switched, None),
+                Err(e) => (SwitchOutcome::Refused, Some(e.to_string())),
+            }
+        };
+        if outcome == SwitchOutcome::Switched {
+            self.counts.count(&from, name, "kernel");
+        }
+        self.telemetry.write(&TcpSwitchEvent {
+            side: "edge",
+            schema: 1,
+            event: "cc_switch",
+            time_unix_ms: unix_ms_now(),
+            conn_id,
+            transport: Transport::Tcp,
+            from: &from,
+            to: name,
+            mode: "kernel",
+            outcome,
+            error: error.clone(),
+        });
+        match error {
+            Some(message) => Err(SwitchError::Kernel { conn_id, message }),
+            None => Ok(()),
         }
     }
 
@@ -174,7 +262,7 @@ impl LiveConnections {
     pub fn status(&self, conn_id: u64) -> Option<ControllerStatus> {
         match &lock(&self.conns).get(&conn_id)?.control {
             CcControl::Quic(h) => h.status(),
-            CcControl::QuinnBuiltIn(_) => None,
+            CcControl::QuinnBuiltIn(_) | CcControl::Tcp(_) => None,
         }
     }
 
@@ -186,13 +274,17 @@ impl LiveConnections {
             .map(|(&conn_id, e)| {
                 let (status, switches) = match &e.control {
                     CcControl::Quic(h) => (h.status(), h.switches()),
-                    CcControl::QuinnBuiltIn(_) => (None, 0),
+                    CcControl::QuinnBuiltIn(_) | CcControl::Tcp(_) => (None, 0),
+                };
+                let kernel_cc = match &e.control {
+                    CcControl::Tcp(h) => h.current().ok(),
+                    _ => None,
                 };
                 LiveSummary {
                     conn_id,
                     client_addr: e.client_addr,
                     transport: e.transport,
-                    cca: status.as_ref().map(|s| s.cca),
+                    cca: status.as_ref().map(|s| s.cca.name().to_string()).or(kernel_cc),
                     phase: status.as_ref().map(|s| s.phase),
                     cwnd: status.as_ref().map(|s| s.cwnd),
                     pacing_rate: status.as_ref().map(|s| s.pacing_rate),

@@ -112,8 +112,7 @@ impl Metrics {
         for (from, to, mode, n) in self.switch_counts.get().map(|c| c.snapshot()).unwrap_or_default() {
             let _ = writeln!(
                 out,
-                "gearbox_cc_switches_total{{from=\"{from}\",to=\"{to}\",mode=\"{}\"}} {n}",
-                mode.name()
+                "gearbox_cc_switches_total{{from=\"{from}\",to=\"{to}\",mode=\"{mode}\"}} {n}"
             );
         }
         out

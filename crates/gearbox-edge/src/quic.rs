@@ -217,7 +217,6 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
             };
             rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
             rec.server_time_source = Some(source.into());
-            conn.shared.metrics.request(Protocol::H3, bytes);
         }
         Err(e) => {
             tracing::debug!(error = %e, "HTTP/3 request failed");
@@ -228,6 +227,11 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
     let cc = conn.shared.live.status(conn.id).map(|s| s.cca.name().to_string());
     rec.transport = Some(transport::quic_snapshot(&conn.quinn, cc.as_deref().unwrap_or(&conn.cc)));
     conn.shared.telemetry.write(&rec);
+    // Counted once its record is complete, so a reader of /metrics that sees the count
+    // knows the record (and the controller it names) is settled.
+    if rec.error.is_none() {
+        conn.shared.metrics.request(Protocol::H3, rec.bytes);
+    }
 }
 
 /// Reads the request body, answers, and waits for the acknowledgement of the last byte.

@@ -102,6 +102,12 @@ async fn connection(
             return;
         }
     };
+    let _live = shared.live.register(
+        id,
+        peer,
+        Transport::Tcp,
+        crate::live::CcControl::Tcp(gearbox_cc::TcpCcHandle::from_socket(socket.clone())),
+    );
     let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
     let tls = match tokio::time::timeout(handshake, shared.tls_tcp.accept(stream)).await {
         Ok(Ok(tls)) => tls,
@@ -222,8 +228,8 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 rec.server_time_source = Some(source.into());
             }
             rec.transport = transport::tcp_snapshot(&*c.socket).ok();
-            c.shared.metrics.request(c.protocol, bytes);
             c.shared.telemetry.write(&rec);
+            c.shared.metrics.request(c.protocol, bytes);
         });
     }));
     resp

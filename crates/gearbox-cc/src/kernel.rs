@@ -1,0 +1,191 @@
+//! Kernel TCP congestion control, per socket (`TCP_CONGESTION`, tcp(7)).
+//!
+//! The edge sets a connection's controller at accept, before any data is sent, and a
+//! gear may change it on the live socket through a [`TcpCcHandle`]. No state migrates
+//! there (Floo §3.4's migration needs the controller's variables, which the kernel
+//! keeps private): on a change the kernel calls the old controller's `release` and the
+//! new one's `init` (`tcp_reinit_congestion_control`), so the new controller starts from
+//! the socket's current cwnd and ssthresh with its own state fresh. Only what the kernel
+//! offers can be set: `/proc/sys/net/ipv4/tcp_available_congestion_control` lists it,
+//! and an unprivileged process is further limited to `tcp_allowed_congestion_control`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::UnknownCc;
+
+/// A kernel TCP congestion controller, set per socket with `TCP_CONGESTION`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TcpCc {
+    /// The kernel's Reno.
+    Reno,
+    /// The kernel's CUBIC (the usual system default).
+    Cubic,
+    /// The kernel's BBR (`tcp_bbr`).
+    Bbr,
+}
+
+impl TcpCc {
+    /// Every kernel controller gearbox knows, in `--help` order.
+    pub const ALL: [TcpCc; 3] = [TcpCc::Reno, TcpCc::Cubic, TcpCc::Bbr];
+
+    /// The kernel's name for it (what `tcp_available_congestion_control` lists).
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpCc::Reno => "reno",
+            TcpCc::Cubic => "cubic",
+            TcpCc::Bbr => "bbr",
+        }
+    }
+
+    /// Sets this controller on `socket`. Fails with the kernel's error when the
+    /// module is not loaded or not allowed for an unprivileged process.
+    pub fn apply(self, socket: &socket2::SockRef<'_>) -> std::io::Result<()> {
+        socket.set_tcp_congestion(self.name().as_bytes())
+    }
+
+    /// Reads the controller a socket runs, as the kernel names it.
+    pub fn current(socket: &socket2::SockRef<'_>) -> std::io::Result<String> {
+        let raw = socket.tcp_congestion()?;
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
+    }
+}
+
+impl fmt::Display for TcpCc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TcpCc {
+    type Err = UnknownCc;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TcpCc::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownCc {
+                name: s.to_string(),
+                valid: TcpCc::ALL.map(|c| c.name()).join(", "),
+            })
+    }
+}
+
+/// The kernel refused a controller on a live socket.
+#[derive(Debug, thiserror::Error)]
+#[error("the kernel refused TCP congestion control {cc:?} ({source}); it offers: {available}")]
+pub struct TcpSwitchError {
+    /// The controller asked for.
+    pub cc: String,
+    /// What `tcp_available_congestion_control` lists.
+    pub available: String,
+    /// The kernel's error.
+    pub source: std::io::Error,
+}
+
+/// The controllers this kernel offers (`/proc/sys/net/ipv4/tcp_available_congestion_control`).
+pub fn available() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+/// A live TCP socket's controller, changeable while the connection runs. Cheap to
+/// clone, `Send + Sync`.
+///
+/// It holds a duplicate of the socket's descriptor, which keeps the socket open as long
+/// as a handle lives: the edge drops its handles with the connection (its
+/// `LiveConnections` entry goes when the connection's task ends), so a closed
+/// connection is never held open by one.
+#[derive(Debug, Clone)]
+pub struct TcpCcHandle {
+    socket: Arc<socket2::Socket>,
+}
+
+impl TcpCcHandle {
+    /// A handle on `socket` (its descriptor is duplicated).
+    pub fn new(socket: &socket2::SockRef<'_>) -> std::io::Result<Self> {
+        Ok(TcpCcHandle::from_socket(Arc::new(socket.try_clone()?)))
+    }
+
+    /// A handle on a descriptor the caller already duplicated.
+    pub fn from_socket(socket: Arc<socket2::Socket>) -> Self {
+        TcpCcHandle { socket }
+    }
+
+    /// Switches the socket to `cc`, by the kernel's name, at once.
+    pub fn switch_to(&self, cc: &str) -> Result<(), TcpSwitchError> {
+        self.socket
+            .set_tcp_congestion(cc.as_bytes())
+            .map_err(|source| TcpSwitchError {
+                cc: cc.to_string(),
+                available: available(),
+                source,
+            })
+    }
+
+    /// The controller the socket runs now, as the kernel names it.
+    pub fn current(&self) -> std::io::Result<String> {
+        TcpCc::current(&socket2::SockRef::from(&*self.socket))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn names_round_trip() {
+        for c in TcpCc::ALL {
+            assert_eq!(c.name().parse::<TcpCc>().unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn kernel_tcp_congestion_is_set_per_socket() {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let r = socket2::SockRef::from(&s);
+        TcpCc::Reno.apply(&r).unwrap();
+        assert_eq!(TcpCc::current(&r).unwrap(), "reno");
+    }
+
+    #[test]
+    fn a_live_connection_switches_controller_mid_transfer_and_loses_no_byte() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_write_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            let handle = TcpCcHandle::new(&socket2::SockRef::from(&conn)).unwrap();
+            let chunk: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8).collect();
+            let mut seen = Vec::new();
+            for (i, cc) in ["cubic", "bbr", "reno", "cubic"].iter().enumerate() {
+                handle.switch_to(cc).unwrap();
+                seen.push(handle.current().unwrap());
+                for _ in 0..(i + 1) * 40 {
+                    conn.write_all(&chunk).unwrap();
+                }
+            }
+            let err = handle.switch_to("no-such-cc").unwrap_err();
+            (seen, err.to_string())
+        });
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        let (seen, err) = sender.join().unwrap();
+        assert_eq!(seen, ["cubic", "bbr", "reno", "cubic"]);
+        assert_eq!(got.len(), 65_536 * 40 * (1 + 2 + 3 + 4));
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == ((i % 65_536) as u32 % 251) as u8));
+        assert!(err.contains("\"no-such-cc\"") && err.contains("it offers: "), "{err}");
+    }
+}
