@@ -4,9 +4,11 @@
 //! (`tests/cc.rs`) and the validation tables of docs/cc.md (`examples/cc_validate.rs`).
 //!
 //! Utilisation is counted where it happens: the bytes that left the downlink's
-//! bottleneck (`departed_us` of its deliveries) over the link rate, from `skip` after the
-//! first departure (past slow start) to the last. Queueing delay is `departed_us` minus
-//! the packet's enqueue time.
+//! bottleneck (`departed_us` of its deliveries) over the link rate, in the steady part of
+//! the download: from `skip` after the first departure (past slow start) to one second
+//! before the last (before the tail, where the last losses wait for a probe timeout
+//! with nothing else to send). Queueing delay is `departed_us` minus the packet's
+//! enqueue time.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -214,14 +216,14 @@ pub fn bottleneck(events: &Path, rate_bps: f64, skip: Duration) -> Result<Measur
     departures.sort_unstable();
     let first = departures.first().ok_or("nothing crossed the downlink")?.0;
     let from = first + skip.as_micros() as u64;
-    let to = departures.last().map_or(0, |d| d.0);
+    let to = departures.last().map_or(0, |d| d.0).saturating_sub(1_000_000);
     if to <= from + 1_000_000 {
         return Err(format!(
             "download too short to measure: {} us",
             to.saturating_sub(first)
         ));
     }
-    let late: Vec<&(u64, u64, u64)> = departures.iter().filter(|d| d.0 > from).collect();
+    let late: Vec<&(u64, u64, u64)> = departures.iter().filter(|d| d.0 > from && d.0 <= to).collect();
     let bytes: u64 = late.iter().map(|d| d.1).sum();
     Ok(Measured {
         utilisation: bytes as f64 * 8.0 / ((to - from) as f64 / 1e6) / rate_bps,
