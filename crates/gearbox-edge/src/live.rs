@@ -71,6 +71,16 @@ pub struct LiveSummary {
     pub pacing_rate: Option<u64>,
     /// Switches so far.
     pub switches: u64,
+    /// Smoothed RTT, ms (QUIC, from the controller's connection-level state).
+    pub srtt_ms: Option<f64>,
+    /// Min RTT over the last 10 s, ms.
+    pub min_rtt_ms: Option<f64>,
+    /// Latest delivery-rate sample, bytes per second.
+    pub delivery_rate: Option<u64>,
+    /// Bytes sent and declared lost since the connection started.
+    pub sent_bytes: Option<u64>,
+    /// Bytes declared lost since the connection started.
+    pub lost_bytes: Option<u64>,
 }
 
 struct Entry {
@@ -289,6 +299,14 @@ impl LiveConnections {
                     cwnd: status.as_ref().map(|s| s.cwnd),
                     pacing_rate: status.as_ref().map(|s| s.pacing_rate),
                     switches,
+                    srtt_ms: status.as_ref().map(|s| s.path.srtt.as_secs_f64() * 1e3),
+                    min_rtt_ms: status
+                        .as_ref()
+                        .filter(|s| s.path.min_rtt != std::time::Duration::MAX)
+                        .map(|s| s.path.min_rtt.as_secs_f64() * 1e3),
+                    delivery_rate: status.as_ref().map(|s| s.path.delivery_rate),
+                    sent_bytes: status.as_ref().map(|s| s.path.sent),
+                    lost_bytes: status.as_ref().map(|s| s.path.lost),
                 }
             })
             .collect();
