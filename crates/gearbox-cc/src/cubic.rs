@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::algorithm::{Ack, Algorithm, Phase, SendingRate};
 use crate::config::{positive, InvalidParameter};
+use crate::loss_based::{self, Recovery};
 use crate::path::PathState;
 
 /// CUBIC's and HyStart++'s parameters (RFC 9438 §4, RFC 9406 §4.3 defaults).
@@ -136,8 +137,8 @@ pub struct Cubic {
     w_est: f64,
     /// Bytes acknowledged in congestion avoidance not yet turned into growth.
     cwnd_inc: f64,
-    /// Start of the current recovery period (None: not recovering).
-    recovery_start: Option<Instant>,
+    /// RFC 9002's recovery period.
+    recovery: Recovery,
     slow_start: SlowStart,
     /// HyStart++: min RTT of the current and of the last round, and the samples taken.
     round_min_rtt: Duration,
@@ -158,7 +159,7 @@ impl Cubic {
             epoch_start: None,
             w_est: 0.0,
             cwnd_inc: 0.0,
-            recovery_start: None,
+            recovery: Recovery::default(),
             slow_start: if config.hystart {
                 SlowStart::Standard
             } else {
@@ -274,11 +275,8 @@ impl Cubic {
 
 impl Algorithm for Cubic {
     fn on_ack(&mut self, now: Instant, ack: &Ack, path: &PathState) {
-        if let Some(start) = self.recovery_start {
-            if ack.sent <= start {
-                return;
-            }
-            self.recovery_start = None;
+        if self.recovery.acked(ack.sent) {
+            return;
         }
         if ack.app_limited {
             return;
@@ -311,10 +309,9 @@ impl Algorithm for Cubic {
         _lost_bytes: u64,
         _path: &PathState,
     ) {
-        if self.recovery_start.is_some_and(|start| sent <= start) {
+        if !self.recovery.congestion(now, sent) {
             return;
         }
-        self.recovery_start = Some(now);
         self.slow_start = SlowStart::Done;
         let cwnd = self.window as f64;
         // §4.7 fast convergence: a window below the last W_max releases bandwidth.
@@ -343,28 +340,19 @@ impl Algorithm for Cubic {
     }
 
     fn ssthresh(&self) -> Option<u64> {
-        (self.ssthresh != u64::MAX).then_some(self.ssthresh)
+        loss_based::reported_ssthresh(self.ssthresh)
     }
 
     fn phase(&self) -> Phase {
-        if self.recovery_start.is_some() {
-            Phase::Recovering
-        } else if self.in_slow_start() {
-            Phase::Starting
-        } else {
-            Phase::Converged
-        }
+        loss_based::phase(&self.recovery, self.window, self.ssthresh)
     }
 
     fn phase_name(&self) -> &'static str {
-        match self.phase() {
-            Phase::Recovering => "recovery",
-            Phase::Starting => match self.slow_start {
-                SlowStart::Conservative { .. } => "conservative_slow_start",
-                _ => "slow_start",
-            },
-            _ => "congestion_avoidance",
-        }
+        let starting = match self.slow_start {
+            SlowStart::Conservative { .. } => "conservative_slow_start",
+            _ => "slow_start",
+        };
+        loss_based::phase_name(self.phase(), starting)
     }
 
     /// Full switching (Floo §3.4): congestion avoidance at the carried window, as if
@@ -374,7 +362,7 @@ impl Algorithm for Cubic {
         self.window = rate.cwnd.max(self.minimum_window());
         self.ssthresh = self.window;
         self.w_max = self.window as f64;
-        self.recovery_start = None;
+        self.recovery.clear();
         self.slow_start = SlowStart::Done;
         self.start_epoch(now);
     }

@@ -28,6 +28,7 @@ pub mod config;
 pub mod copa;
 pub mod cubic;
 pub mod kernel;
+pub mod loss_based;
 pub mod newreno;
 pub mod path;
 pub mod switchable;

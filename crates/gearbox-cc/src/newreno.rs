@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::algorithm::{Ack, Algorithm, Phase, SendingRate};
 use crate::config::{positive, InvalidParameter};
+use crate::loss_based::{self, Recovery};
 use crate::path::PathState;
 
 /// NewReno's parameters.
@@ -50,9 +51,8 @@ pub struct NewReno {
     window: u64,
     /// Slow-start threshold, bytes (`u64::MAX` until the first loss).
     ssthresh: u64,
-    /// Start of the current recovery period: losses of packets sent before it belong to
-    /// the same congestion event (RFC 9002 §7.3.2). None outside recovery.
-    recovery_start: Option<Instant>,
+    /// RFC 9002's recovery period.
+    recovery: Recovery,
     /// Bytes acknowledged since the window last grew in congestion avoidance.
     bytes_acked: u64,
     /// Max datagram size, bytes.
@@ -66,7 +66,7 @@ impl NewReno {
             loss_reduction_factor: config.loss_reduction_factor,
             window: initial_window,
             ssthresh: u64::MAX,
-            recovery_start: None,
+            recovery: Recovery::default(),
             bytes_acked: 0,
             mtu: u64::from(path.mtu),
         }
@@ -79,12 +79,8 @@ impl NewReno {
 
 impl Algorithm for NewReno {
     fn on_ack(&mut self, _now: Instant, ack: &Ack, _path: &PathState) {
-        if let Some(start) = self.recovery_start {
-            if ack.sent <= start {
-                return;
-            }
-            // A packet sent after recovery began is acknowledged: recovery ends.
-            self.recovery_start = None;
+        if self.recovery.acked(ack.sent) {
+            return;
         }
         if ack.app_limited {
             return;
@@ -111,10 +107,9 @@ impl Algorithm for NewReno {
         _lost_bytes: u64,
         _path: &PathState,
     ) {
-        if self.recovery_start.is_some_and(|start| sent <= start) {
+        if !self.recovery.congestion(now, sent) {
             return;
         }
-        self.recovery_start = Some(now);
         self.window = ((self.window as f64 * self.loss_reduction_factor) as u64).max(self.minimum_window());
         self.ssthresh = self.window;
         self.bytes_acked = 0;
@@ -133,31 +128,21 @@ impl Algorithm for NewReno {
     }
 
     fn ssthresh(&self) -> Option<u64> {
-        (self.ssthresh != u64::MAX).then_some(self.ssthresh)
+        loss_based::reported_ssthresh(self.ssthresh)
     }
 
     fn phase(&self) -> Phase {
-        if self.recovery_start.is_some() {
-            Phase::Recovering
-        } else if self.window < self.ssthresh {
-            Phase::Starting
-        } else {
-            Phase::Converged
-        }
+        loss_based::phase(&self.recovery, self.window, self.ssthresh)
     }
 
     fn phase_name(&self) -> &'static str {
-        match self.phase() {
-            Phase::Recovering => "recovery",
-            Phase::Starting => "slow_start",
-            _ => "congestion_avoidance",
-        }
+        loss_based::phase_name(self.phase(), "slow_start")
     }
 
     fn enter_converged(&mut self, _now: Instant, rate: SendingRate, _path: &PathState) {
         self.window = rate.cwnd.max(self.minimum_window());
         self.ssthresh = self.window;
-        self.recovery_start = None;
+        self.recovery.clear();
         self.bytes_acked = 0;
     }
 

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::algorithm::{rate_of_window, window_of_rate, Ack, Algorithm, Phase, SendingRate};
 use crate::config::{positive, InvalidParameter};
+use crate::loss_based::{self, Recovery};
 use crate::path::PathState;
 
 /// Westwood+'s parameters.
@@ -78,8 +79,8 @@ pub struct Westwood {
     sample_bytes: u64,
     /// Bytes acknowledged in congestion avoidance not yet turned into growth.
     bytes_acked: u64,
-    /// Start of the current recovery period.
-    recovery_start: Option<Instant>,
+    /// RFC 9002's recovery period.
+    recovery: Recovery,
 }
 
 impl Westwood {
@@ -95,7 +96,7 @@ impl Westwood {
             sample_start: None,
             sample_bytes: 0,
             bytes_acked: 0,
-            recovery_start: None,
+            recovery: Recovery::default(),
         }
     }
 
@@ -130,11 +131,8 @@ impl Westwood {
 impl Algorithm for Westwood {
     fn on_ack(&mut self, now: Instant, ack: &Ack, path: &PathState) {
         self.sample(now, ack.bytes, path);
-        if let Some(start) = self.recovery_start {
-            if ack.sent <= start {
-                return;
-            }
-            self.recovery_start = None;
+        if self.recovery.acked(ack.sent) {
+            return;
         }
         if ack.app_limited {
             return;
@@ -158,10 +156,9 @@ impl Algorithm for Westwood {
         _lost_bytes: u64,
         path: &PathState,
     ) {
-        if self.recovery_start.is_some_and(|start| sent <= start) {
+        if !self.recovery.congestion(now, sent) {
             return;
         }
-        self.recovery_start = Some(now);
         let pipe = if self.bwe > 0.0 {
             window_of_rate(self.bwe as u64, path.min_rtt_or_srtt())
         } else {
@@ -186,25 +183,15 @@ impl Algorithm for Westwood {
     }
 
     fn ssthresh(&self) -> Option<u64> {
-        (self.ssthresh != u64::MAX).then_some(self.ssthresh)
+        loss_based::reported_ssthresh(self.ssthresh)
     }
 
     fn phase(&self) -> Phase {
-        if self.recovery_start.is_some() {
-            Phase::Recovering
-        } else if self.window < self.ssthresh {
-            Phase::Starting
-        } else {
-            Phase::Converged
-        }
+        loss_based::phase(&self.recovery, self.window, self.ssthresh)
     }
 
     fn phase_name(&self) -> &'static str {
-        match self.phase() {
-            Phase::Recovering => "recovery",
-            Phase::Starting => "slow_start",
-            _ => "congestion_avoidance",
-        }
+        loss_based::phase_name(self.phase(), "slow_start")
     }
 
     /// Full switching (Floo §3.4): congestion avoidance at the carried window with
@@ -213,7 +200,7 @@ impl Algorithm for Westwood {
     fn enter_converged(&mut self, _now: Instant, rate: SendingRate, path: &PathState) {
         self.window = rate.cwnd.max(self.minimum_window());
         self.ssthresh = self.window;
-        self.recovery_start = None;
+        self.recovery.clear();
         self.bytes_acked = 0;
         if self.bwe == 0.0 {
             self.bwe = if rate.pacing_rate > 0 {

@@ -25,6 +25,15 @@ async fn admin(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, St
     (status, body)
 }
 
+/// The edge's telemetry records.
+fn read_records(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Waits until the edge has finished (and recorded) `n` requests over `protocol`: the
 /// edge writes a request's record when the client has acknowledged its last byte,
 /// shortly after the client has the body.
@@ -121,11 +130,7 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
 
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(&telemetry)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = read_records(&telemetry);
     let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
     let outcome = |i: usize| {
         (
@@ -213,11 +218,7 @@ async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_k
     drop(client);
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(&telemetry)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = read_records(&telemetry);
     let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
     assert_eq!(switches.len(), 1, "{switches:?}");
     assert_eq!(

@@ -90,8 +90,8 @@ fn run(from: &str, to: &str, mode: &str, p: PathSpec, scratch: &Path) -> Result<
     let cfg = EmuConfig::from_toml_str(&text, "switch.toml", None).map_err(|e| e.to_string())?;
     let trace = scratch.join("trace.txt");
     let _ = std::fs::remove_file(&trace);
-    // Enough bytes for 14 s at line rate: the download outlasts the 2 s after a switch.
-    let bytes = (p.mbit * 1e6 / 8.0 * 14.0) as u64;
+    // Enough bytes for 10 s at line rate: the download outlasts the 2 s after a switch.
+    let bytes = (p.mbit * 1e6 / 8.0 * 10.0) as u64;
     let client = format!(
         "{bin} get --proto quic --insecure --timeout-s 120 https://10.0.0.1:4433/bytes/{bytes} > /dev/null & g=$!; \
          start=$(date +%s%N); \
@@ -116,13 +116,20 @@ fn run(from: &str, to: &str, mode: &str, p: PathSpec, scratch: &Path) -> Result<
     };
     let outcome = gearbox_emu::run(&cfg, &options).map_err(|e| format!("emu run: {e}"))?;
     if outcome.exit_code != 0 {
-        return Err(format!("{from}->{to} {mode}: the client exited with {}", outcome.exit_code));
+        return Err(format!(
+            "{from}->{to} {mode}: the client exited with {}",
+            outcome.exit_code
+        ));
     }
     let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
     let mut out = Vec::new();
     for line in text.lines() {
-        let Some((t, json)) = line.split_once(' ') else { continue };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else { continue };
+        let Some((t, json)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            continue;
+        };
         let Some(c) = v.as_array().and_then(|a| a.iter().find(|c| c["transport"] == "quic")) else {
             continue;
         };
@@ -152,7 +159,11 @@ fn window(samples: &[Sample], a: f64, b: f64) -> (f64, f64, f64) {
     }
     let (first, last) = (w[0], w[w.len() - 1]);
     let sent = last.sent - first.sent;
-    let loss = if sent > 0.0 { (last.lost - first.lost) / sent } else { f64::NAN };
+    let loss = if sent > 0.0 {
+        (last.lost - first.lost) / sent
+    } else {
+        f64::NAN
+    };
     let n = w.len() as f64;
     (
         loss,
@@ -194,7 +205,9 @@ fn main() {
                 match run(from, to, mode, base, &scratch) {
                     Ok(s) => {
                         let csv = out.join(format!("{from}-{to}-{mode}.csv"));
-                        let mut text = String::from("t_s,cca,phase,cwnd_bytes,srtt_ms,delivery_rate_bytes_per_s,sent_bytes,lost_bytes\n");
+                        let mut text = String::from(
+                            "t_s,cca,phase,cwnd_bytes,srtt_ms,delivery_rate_bytes_per_s,sent_bytes,lost_bytes\n",
+                        );
                         for x in &s {
                             text += &format!(
                                 "{:.3},{},{},{},{},{},{},{}\n",
@@ -205,7 +218,10 @@ fn main() {
                         let at = switched_at(&s, to);
                         let (_, rtt0, cwnd0) = window(&s, at - 2.0, at);
                         let (loss1, rtt1, cwnd1) = window(&s, at, at + 2.0);
-                        let phase = s.iter().find(|x| x.t_s >= at && x.cca == to).map_or("", |x| x.phase.as_str());
+                        let phase = s
+                            .iter()
+                            .find(|x| x.t_s >= at && x.cca == to)
+                            .map_or("", |x| x.phase.as_str());
                         println!(
                             "| {from} → {to} | {mode} | {phase} | {:.0} | {:.0} | {rtt0:.1} | {rtt1:.1} | {:.2}% |",
                             cwnd0 / 1e3,
@@ -272,7 +288,12 @@ fn main() {
                             lp * 100.0
                         );
                     }
-                    (f, q) => println!("| {} | {from} → {to} | failed: {:?} {:?} | | | |", p.label(), f.err(), q.err()),
+                    (f, q) => println!(
+                        "| {} | {from} → {to} | failed: {:?} {:?} | | | |",
+                        p.label(),
+                        f.err(),
+                        q.err()
+                    ),
                 }
             }
         }
