@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::algorithm::{window_of_rate, Ack, Algorithm, Phase, SendingRate};
 use crate::config::{positive, InvalidParameter};
+use crate::loss_based::Recovery;
 use crate::path::PathState;
 
 /// BBR's parameters (the draft's constants).
@@ -155,8 +156,8 @@ pub struct Bbr {
     /// must also outlast.
     probe_rtt_done: Option<Instant>,
     probe_rtt_round: Option<u64>,
-    /// Loss recovery: when it began, and the round of packet conservation.
-    recovery_start: Option<Instant>,
+    /// Loss recovery (RFC 9002's period) and the round of packet conservation.
+    recovery: Recovery,
     conservation_round: Option<u64>,
     /// xorshift state for the first ProbeBW phase.
     rng: u64,
@@ -183,7 +184,7 @@ impl Bbr {
             cycle_stamp: None,
             probe_rtt_done: None,
             probe_rtt_round: None,
-            recovery_start: None,
+            recovery: Recovery::default(),
             conservation_round: None,
             rng: config.seed | 1,
         }
@@ -288,7 +289,7 @@ impl Bbr {
         let bdp = self.bdp(1.0, path).unwrap_or(0);
         let next = if self.pacing_gain > 1.0 {
             // Probe until the pipe held gain × BDP or a loss said it cannot.
-            elapsed && (self.recovery_start.is_some() || inflight >= self.bdp(self.pacing_gain, path).unwrap_or(0))
+            elapsed && (self.recovery.is_active() || inflight >= self.bdp(self.pacing_gain, path).unwrap_or(0))
         } else if self.pacing_gain < 1.0 {
             // Drain for a round, or less if the queue is already gone.
             elapsed || inflight <= bdp
@@ -340,12 +341,10 @@ impl Bbr {
 impl Algorithm for Bbr {
     fn on_ack(&mut self, now: Instant, ack: &Ack, path: &PathState) {
         let rtprop_expired = self.update_rtprop(now, ack.rtt);
-        if let Some(start) = self.recovery_start {
-            if ack.sent > start {
-                self.recovery_start = None;
-                self.conservation_round = None;
-                self.window = self.window.max(self.prior_window);
-            }
+        let recovering = self.recovery.is_active();
+        if recovering && !self.recovery.acked(ack.sent) {
+            self.conservation_round = None;
+            self.window = self.window.max(self.prior_window);
         }
         self.check_full_pipe(path);
         match self.state {
@@ -397,10 +396,9 @@ impl Algorithm for Bbr {
             self.window = self.min_window();
             return;
         }
-        if self.recovery_start.is_some_and(|start| sent <= start) {
+        if !self.recovery.congestion(now, sent) {
             return;
         }
-        self.recovery_start = Some(now);
         self.prior_window = if self.state == State::ProbeRtt {
             self.prior_window.max(self.window)
         } else {

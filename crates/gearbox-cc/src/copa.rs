@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::algorithm::{Ack, Algorithm, Phase, SendingRate};
 use crate::config::{positive, InvalidParameter};
+use crate::loss_based::Recovery;
 use crate::path::PathState;
 
 /// Copa's parameters.
@@ -104,8 +105,8 @@ pub struct Copa {
     /// Standing queueing delays of the last 5 RTTs, for competitive mode's "nearly
     /// empty" test: (time, dq).
     recent_dq: VecDeque<(Instant, Duration)>,
-    /// Start of the loss event being handled (competitive mode halves once per event).
-    recovery_start: Option<Instant>,
+    /// The loss event being handled (competitive mode halves once per event).
+    recovery: Recovery,
 }
 
 impl Copa {
@@ -125,7 +126,7 @@ impl Copa {
             rtt_start: None,
             recent: VecDeque::new(),
             recent_dq: VecDeque::new(),
-            recovery_start: None,
+            recovery: Recovery::default(),
         }
     }
 
@@ -253,10 +254,9 @@ impl Algorithm for Copa {
             self.window = self.min_window();
             return;
         }
-        if self.recovery_start.is_some_and(|s| sent <= s) {
+        if !self.recovery.congestion(now, sent) {
             return;
         }
-        self.recovery_start = Some(now);
         if self.competitive {
             self.inv_delta = (self.inv_delta / 2.0).max(1.0 / self.config.delta);
         }
