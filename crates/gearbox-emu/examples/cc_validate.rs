@@ -64,7 +64,9 @@ fn main() {
         }
     }
     if want("loss") {
-        println!("\n### Random loss (10 Mbit/s, 40 ms, 1 BDP, Bernoulli loss each direction, 5 s of bytes at line rate)\n");
+        println!(
+            "\n### Random loss (10 Mbit/s, 40 ms, 1 BDP, Bernoulli loss each direction, 5 s of bytes at line rate)\n"
+        );
         println!("| controller | 0% | 1% | 2% | 3% |\n|---|---:|---:|---:|---:|");
         for cc in SUITE {
             let cells: Vec<String> = [0.0, 0.01, 0.02, 0.03]
