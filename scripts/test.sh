@@ -11,7 +11,7 @@ echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"; cargo build -p gearbox-cli --locked
 cargo_log=$(mktemp)
 trap 'rm -f "$cargo_log"' EXIT
-GEARBOX_BIN="$PWD/target/debug/gearbox" cargo test --workspace --locked 2>&1 | tee "$cargo_log"
+GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" cargo test --workspace --locked 2>&1 | tee "$cargo_log"
 # An ignored Rust test is a skipped one. The only ones allowed are the helpers other
 # tests run as child processes, marked #[ignore = "helper: ..."].
 ignored=$(grep -E '^test result:' "$cargo_log" | grep -Eo '[0-9]+ ignored' | awk '{s += $1} END {print s + 0}')
@@ -23,5 +23,5 @@ fi
 echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
 # Everything the tests need is installed above, so a skipped test is a failed one here
 # (python/tests/require_all.py).
-echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="$PWD/target/debug/gearbox" .venv/bin/pytest -q python/tests
+echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" .venv/bin/pytest -q python/tests
 echo "all tests passed"
