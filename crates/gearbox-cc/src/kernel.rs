@@ -13,7 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::UnknownCc;
+use crate::{Cca, UnknownCc};
 
 /// A kernel TCP congestion controller, set per socket with `TCP_CONGESTION`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -37,6 +37,26 @@ impl TcpCc {
             TcpCc::Reno => "reno",
             TcpCc::Cubic => "cubic",
             TcpCc::Bbr => "bbr",
+        }
+    }
+
+    /// The kernel controller that runs `cca`, where this kernel has one (Copa, Vivace
+    /// and Westwood+ have none here).
+    pub fn for_cca(cca: Cca) -> Option<TcpCc> {
+        match cca {
+            Cca::NewReno => Some(TcpCc::Reno),
+            Cca::Cubic => Some(TcpCc::Cubic),
+            Cca::Bbr => Some(TcpCc::Bbr),
+            Cca::Copa | Cca::Westwood | Cca::Vivace => None,
+        }
+    }
+
+    /// The algorithm this kernel controller runs.
+    pub fn cca(self) -> Cca {
+        match self {
+            TcpCc::Reno => Cca::NewReno,
+            TcpCc::Cubic => Cca::Cubic,
+            TcpCc::Bbr => Cca::Bbr,
         }
     }
 

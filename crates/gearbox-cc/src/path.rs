@@ -286,13 +286,6 @@ impl PathEstimator {
         }
         path.btl_bw = self.bw_window.front().map_or(rate, |&(_, r)| r);
     }
-
-    /// Forgets the min RTT so the next sample sets it (BBR's ProbeRTT refreshes it; a
-    /// switch into BBR does too, Floo Fig. 12d).
-    pub fn expire_min_rtt(&mut self, path: &mut PathState) {
-        self.rtt_window.clear();
-        path.min_rtt_stamp = None;
-    }
 }
 
 #[cfg(test)]

@@ -441,12 +441,11 @@ impl Algorithm for Vivace {
     fn on_congestion_event(
         &mut self,
         now: Instant,
-        sent: Instant,
+        _sent: Instant,
         persistent_congestion: bool,
         _lost_bytes: u64,
         path: &PathState,
     ) {
-        let _ = sent;
         if persistent_congestion {
             self.rate = self.min_rate();
             self.mode = Mode::Probing;

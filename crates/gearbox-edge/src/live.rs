@@ -138,16 +138,6 @@ impl SwitchCounts {
     }
 }
 
-/// The kernel's name for an algorithm, where the kernel has one.
-fn kernel_name(c: Cca) -> Option<&'static str> {
-    match c {
-        Cca::NewReno => Some("reno"),
-        Cca::Cubic => Some("cubic"),
-        Cca::Bbr => Some("bbr"),
-        Cca::Copa | Cca::Westwood | Cca::Vivace => None,
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -228,7 +218,7 @@ impl LiveConnections {
 
     fn switch_tcp(&self, conn_id: u64, handle: &TcpCcHandle, to: Cca) -> Result<(), SwitchError> {
         let from = handle.current().unwrap_or_else(|_| "unknown".into());
-        let Some(name) = kernel_name(to) else {
+        let Some(name) = gearbox_cc::TcpCc::for_cca(to).map(gearbox_cc::TcpCc::name) else {
             return Err(SwitchError::Kernel {
                 conn_id,
                 message: format!(

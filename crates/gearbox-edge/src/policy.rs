@@ -52,7 +52,7 @@ impl ConnectionGears {
         let mut gears = ConnectionGears::new(
             Box::new(StaticCca {
                 quic: config.cc.cca(),
-                tcp: config.tcp_cc.map(cca_of_tcp),
+                tcp: config.tcp_cc.map(TcpCc::cca),
             }),
             Box::new(StaticInitialWindow {
                 quic_packets: config.initial_window,
@@ -158,27 +158,14 @@ impl InitialWindowGear for StaticInitialWindow {
     fn observe(&mut self, _record: &EdgeRecord, _now: Instant) {}
 }
 
-/// The kernel's controller for an algorithm: Copa and Vivace have none, so a TCP
-/// connection asked for them keeps the system default (logged).
+/// The kernel's controller for an algorithm; one the kernel lacks keeps the system
+/// default (logged).
 fn tcp_cc(c: Cca) -> Option<TcpCc> {
-    match c {
-        Cca::NewReno => Some(TcpCc::Reno),
-        Cca::Cubic => Some(TcpCc::Cubic),
-        Cca::Bbr => Some(TcpCc::Bbr),
-        Cca::Copa | Cca::Westwood | Cca::Vivace => {
-            tracing::warn!(cca = %c, "no kernel TCP implementation; keeping the system default");
-            None
-        }
+    let cc = TcpCc::for_cca(c);
+    if cc.is_none() {
+        tracing::warn!(cca = %c, "no kernel TCP implementation; keeping the system default");
     }
-}
-
-/// The algorithm a kernel controller runs.
-fn cca_of_tcp(c: TcpCc) -> Cca {
-    match c {
-        TcpCc::Reno => Cca::NewReno,
-        TcpCc::Cubic => Cca::Cubic,
-        TcpCc::Bbr => Cca::Bbr,
-    }
+    cc
 }
 
 #[cfg(test)]
@@ -223,7 +210,7 @@ mod tests {
             assert_eq!(QuicCc::Suite(c).cca(), c);
             assert_eq!(QuicCc::Suite(c).name(), c.name());
             if let Some(t) = tcp_cc(c) {
-                assert_eq!(cca_of_tcp(t), c);
+                assert_eq!(t.cca(), c);
             }
         }
         assert_eq!(tcp_cc(Cca::Copa), None);
