@@ -18,7 +18,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gearbox_emu::{EmuConfig, RunOptions};
+use gearbox_emu::RunOptions;
+
+#[path = "../tests/common/transfer.rs"]
+mod transfer;
 
 const SWITCH_AT_S: f64 = 6.0;
 
@@ -54,40 +57,10 @@ struct Sample {
     lost: f64,
 }
 
-fn gearbox() -> PathBuf {
-    std::env::var_os("GEARBOX_BIN")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            let dir = exe.parent()?.parent()?;
-            Some(dir.join("gearbox")).filter(|p| p.is_file())
-        })
-        .expect("no gearbox binary: build gearbox-cli (release) or set GEARBOX_BIN")
-}
-
 fn run(from: &str, to: &str, mode: &str, p: PathSpec, scratch: &Path) -> Result<Vec<Sample>, String> {
-    let bin = gearbox();
-    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
-    let (cert, key) = (scratch.join("cert.pem"), scratch.join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).map_err(|e| e.to_string())?;
-    let rate = (p.mbit * 1e6) as u64;
-    let loss = if p.loss > 0.0 {
-        format!("\n[path.{{dir}}.loss]\nmodel = \"bernoulli\"\nloss_rate = {}", p.loss)
-    } else {
-        String::new()
-    };
-    let link = format!(
-        "rate_bps = {rate}\ndelay_ms = {}\nbase_rtt_ms = {}\n[path.{{dir}}.queue]\nlimit_bdp = {}{loss}",
-        p.rtt_ms / 2.0,
-        p.rtt_ms,
-        p.bdps
-    );
-    let text = format!(
-        "topology = \"single\"\n[[path]]\n[path.uplink]\n{}\n[path.downlink]\n{}\n",
-        link.replace("{dir}", "uplink"),
-        link.replace("{dir}", "downlink")
-    );
-    let cfg = EmuConfig::from_toml_str(&text, "switch.toml", None).map_err(|e| e.to_string())?;
+    let bin = transfer::gearbox();
+    let (cert, key) = transfer::edge_certificate(scratch)?;
+    let cfg = transfer::single_path(p.mbit, p.rtt_ms, p.bdps, p.loss)?;
     let trace = scratch.join("trace.txt");
     let _ = std::fs::remove_file(&trace);
     // Enough bytes for 10 s at line rate: the download outlasts the 2 s after a switch.

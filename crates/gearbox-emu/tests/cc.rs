@@ -5,11 +5,9 @@
 //! every emulator test. The full tables come from `examples/cc_validate.rs`.
 
 mod common;
-#[path = "common/transfer.rs"]
-mod transfer;
 
+use common::transfer::{run, Download, Measured};
 use common::{scratch, setup};
-use transfer::{run, Download, Measured};
 
 fn measure(d: &Download) -> Measured {
     let dir = scratch(&format!("cc-{}-{}-{}", d.cc, d.mbit, d.bdps));

@@ -1,7 +1,7 @@
 //! Helpers shared by the emulator's test files.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
@@ -45,21 +45,12 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The `gearbox` binary: `GEARBOX_BIN`, or the one `cargo build -p gearbox-cli`
-/// left beside this test's own target folder. Missing is a failure, not a skip.
+pub mod transfer;
+
+/// The `gearbox` binary (`transfer::gearbox`): `GEARBOX_BIN`, or the one `cargo build
+/// -p gearbox-cli` left in this test's target folder. Missing is a failure, not a skip.
 pub fn gearbox_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("GEARBOX_BIN") {
-        return PathBuf::from(bin);
-    }
-    // This test runs as target/<profile>/deps/emu-<hash>.
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().and_then(Path::parent).map(|d| d.join("gearbox"));
-    match bin {
-        Some(b) if b.is_file() => b,
-        _ => panic!(
-            "no gearbox binary: run `cargo build -p gearbox-cli` first or set GEARBOX_BIN (scripts/test.sh does)"
-        ),
-    }
+    transfer::gearbox()
 }
 
 pub fn netns_list() -> String {

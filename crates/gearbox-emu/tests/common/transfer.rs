@@ -104,30 +104,41 @@ pub fn gearbox() -> PathBuf {
     panic!("no gearbox binary: run `cargo build -p gearbox-cli` first or set GEARBOX_BIN")
 }
 
-/// Runs `d` in a fresh pair of namespaces; errors say what failed.
-pub fn run(d: &Download, scratch: &Path) -> Result<Measured, String> {
-    let bin = gearbox();
-    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
-    let (cert, key) = (scratch.join("cert.pem"), scratch.join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).map_err(|e| e.to_string())?;
-    let rate = (d.mbit * 1e6) as u64;
-    let loss = if d.loss > 0.0 {
-        format!("\n[path.{{dir}}.loss]\nmodel = \"bernoulli\"\nloss_rate = {}", d.loss)
+/// A symmetric single path: `mbit` Mbit/s each way, `rtt_ms` of base RTT (half each
+/// way), a drop-tail queue of `bdps` BDPs and Bernoulli `loss` each way.
+pub fn single_path(mbit: f64, rtt_ms: f64, bdps: f64, loss: f64) -> Result<EmuConfig, String> {
+    let rate = (mbit * 1e6) as u64;
+    let loss = if loss > 0.0 {
+        format!("\n[path.{{dir}}.loss]\nmodel = \"bernoulli\"\nloss_rate = {loss}")
     } else {
         String::new()
     };
     let link = format!(
-        "rate_bps = {rate}\ndelay_ms = {}\nbase_rtt_ms = {}\n[path.{{dir}}.queue]\nlimit_bdp = {}{loss}",
-        d.rtt_ms / 2.0,
-        d.rtt_ms,
-        d.bdps
+        "rate_bps = {rate}\ndelay_ms = {}\nbase_rtt_ms = {rtt_ms}\n[path.{{dir}}.queue]\nlimit_bdp = {bdps}{loss}",
+        rtt_ms / 2.0
     );
     let text = format!(
         "topology = \"single\"\n[[path]]\n[path.uplink]\n{}\n[path.downlink]\n{}\n",
         link.replace("{dir}", "uplink"),
         link.replace("{dir}", "downlink")
     );
-    let cfg = EmuConfig::from_toml_str(&text, "download.toml", None).map_err(|e| e.to_string())?;
+    EmuConfig::from_toml_str(&text, "single-path.toml", None).map_err(|e| e.to_string())
+}
+
+/// A certificate for the edge at 10.0.0.1 in `scratch`: (cert, key).
+pub fn edge_certificate(scratch: &Path) -> Result<(PathBuf, PathBuf), String> {
+    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let (cert, key) = (scratch.join("cert.pem"), scratch.join("key.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).map_err(|e| e.to_string())?;
+    Ok((cert, key))
+}
+
+/// Runs `d` in a fresh pair of namespaces; errors say what failed.
+pub fn run(d: &Download, scratch: &Path) -> Result<Measured, String> {
+    let bin = gearbox();
+    let (cert, key) = edge_certificate(scratch)?;
+    let rate = (d.mbit * 1e6) as u64;
+    let cfg = single_path(d.mbit, d.rtt_ms, d.bdps, d.loss)?;
     let total = (d.mbit * 1e6 / 8.0 * d.seconds) as u64;
     let each = total / d.flows.max(1) as u64;
     let events = scratch.join("events.jsonl");
