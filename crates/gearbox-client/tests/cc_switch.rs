@@ -25,13 +25,52 @@ async fn admin(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, St
     (status, body)
 }
 
-/// The edge's telemetry records.
-fn read_records(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+/// Our edge serving on loopback with an admin port and a telemetry file.
+struct Running {
+    tcp: std::net::SocketAddr,
+    quic: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    telemetry: std::path::PathBuf,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+async fn start(site: &Site, tweak: impl FnOnce(&mut gearbox_edge::EdgeConfig)) -> Running {
+    let telemetry = site.path().join("edge.jsonl");
+    let mut config = gearbox_edge::EdgeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        telemetry: Some(telemetry.clone()),
+        ..gearbox_edge::EdgeConfig::default()
+    };
+    tweak(&mut config);
+    let edge = site.edge(config).await;
+    let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    Running {
+        tcp,
+        quic,
+        admin,
+        telemetry,
+        stop,
+        server,
+    }
+}
+
+impl Running {
+    /// Stops the edge (drop the client first) and returns its telemetry records.
+    async fn stop(self) -> Vec<serde_json::Value> {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        std::fs::read_to_string(&self.telemetry)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
 }
 
 /// Waits until the edge has finished (and recorded) `n` requests over `protocol`: the
@@ -47,21 +86,8 @@ async fn served(addr: std::net::SocketAddr, protocol: &str, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded() {
     let site = Site::new();
-    let telemetry = site.path().join("edge.jsonl");
-    let edge = site
-        .edge(gearbox_edge::EdgeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-            telemetry: Some(telemetry.clone()),
-            cc: QuicCc::Suite(Cca::Cubic),
-            ..gearbox_edge::EdgeConfig::default()
-        })
-        .await;
-    let (quic, admin_addr) = (edge.quic_addr(), edge.admin_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(edge.serve(async {
-        let _ = stopped.await;
-    }));
+    let edge = start(&site, |c| c.cc = QuicCc::Suite(Cca::Cubic)).await;
+    let (quic, admin_addr) = (edge.quic, edge.admin);
     let client = site.client();
     let url = format!("https://{quic}/bytes/200000");
     let get = || async {
@@ -127,10 +153,7 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
     })
     .await;
     drop(client);
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-
-    let records = read_records(&telemetry);
+    let records = edge.stop().await;
     let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
     let outcome = |i: usize| {
         (
@@ -161,21 +184,8 @@ async fn a_live_quic_connection_switches_controller_and_every_switch_is_recorded
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_kernel_lacks() {
     let site = Site::new();
-    let telemetry = site.path().join("edge.jsonl");
-    let edge = site
-        .edge(gearbox_edge::EdgeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-            telemetry: Some(telemetry.clone()),
-            tcp_cc: Some(gearbox_cc::TcpCc::Cubic),
-            ..gearbox_edge::EdgeConfig::default()
-        })
-        .await;
-    let (tcp, admin_addr) = (edge.tcp_addr(), edge.admin_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(edge.serve(async {
-        let _ = stopped.await;
-    }));
+    let edge = start(&site, |c| c.tcp_cc = Some(gearbox_cc::TcpCc::Cubic)).await;
+    let (tcp, admin_addr) = (edge.tcp, edge.admin);
     let client = site.client();
     let url = format!("https://{tcp}/bytes/200000");
     bounded(async {
@@ -216,9 +226,7 @@ async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_k
     })
     .await;
     drop(client);
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    let records = read_records(&telemetry);
+    let records = edge.stop().await;
     let switches: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch").collect();
     assert_eq!(switches.len(), 1, "{switches:?}");
     assert_eq!(
