@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything gearbox's demo and tests need on a fresh Debian 12 machine
 # that already has Rust (rustup) and Python 3.11: the Debian packages used as real
-# peers in tests, the Rust components, and the Python virtual environment (.venv)
-# with the gearbox package built by maturin. Idempotent: a second run is quick.
+# peers in tests and to build the BPF programs, the Rust components, and the Python
+# virtual environment (.venv) with the gearbox package built by maturin. Idempotent: a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,11 @@ for pair in caddy:caddy nginx:nginx gtlsclient:ngtcp2-client gtlsserver:ngtcp2-s
             chromium:chromium iperf3:iperf3 curl:curl jq:jq; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need_pkgs+=("$pkg")
+done
+# Build dependencies of crates/gearbox-bpf: clang compiles the BPF programs, and
+# libbpf-sys builds its vendored libbpf against libelf and zlib.
+for pkg in clang libelf-dev zlib1g-dev pkg-config make; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_pkgs[*]}"

@@ -69,7 +69,7 @@ class Client:
         local_addrs: local IP addresses, one connection pool per path (multipath);
             `path_index` picks one. Default: one path, the kernel picks the source.
         quic_cc: QUIC congestion controller: newreno, cubic, bbr, copa, westwood, vivace (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins).
-        tcp_cc: kernel TCP congestion controller per socket: reno, cubic or bbr
+        tcp_cc: kernel TCP congestion controller per socket: reno, cubic, bbr or westwood (BPF, needs root)
             (default: the system's).
         telemetry: JSON-lines file the records are appended to ("-": standard output).
         connect_timeout_s: bound on TCP connect + TLS handshake, or the QUIC handshake.

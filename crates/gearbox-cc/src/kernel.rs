@@ -8,6 +8,12 @@
 //! the socket's current cwnd and ssthresh with its own state fresh. Only what the kernel
 //! offers can be set: `/proc/sys/net/ipv4/tcp_available_congestion_control` lists it,
 //! and an unprivileged process is further limited to `tcp_allowed_congestion_control`.
+//!
+//! Westwood+ is gearbox's own for kernel TCP: a BPF `struct_ops` controller
+//! (`gearbox-bpf`, beyond the seed: Floo §6 names eBPF as the way to bring controller
+//! choice to kernel TCP), registered with the kernel the first time a socket asks for it
+//! and for the life of the process. Where it cannot be registered (no root, no BTF) the
+//! error says why and lists what the kernel offers.
 
 use std::fmt;
 use std::str::FromStr;
@@ -25,11 +31,13 @@ pub enum TcpCc {
     Cubic,
     /// The kernel's BBR (`tcp_bbr`).
     Bbr,
+    /// TCP Westwood+, gearbox's BPF `struct_ops` controller (`gearbox-bpf`).
+    Westwood,
 }
 
 impl TcpCc {
     /// Every kernel controller gearbox knows, in `--help` order.
-    pub const ALL: [TcpCc; 3] = [TcpCc::Reno, TcpCc::Cubic, TcpCc::Bbr];
+    pub const ALL: [TcpCc; 4] = [TcpCc::Reno, TcpCc::Cubic, TcpCc::Bbr, TcpCc::Westwood];
 
     /// The kernel's name for it (what `tcp_available_congestion_control` lists).
     pub fn name(self) -> &'static str {
@@ -37,17 +45,19 @@ impl TcpCc {
             TcpCc::Reno => "reno",
             TcpCc::Cubic => "cubic",
             TcpCc::Bbr => "bbr",
+            TcpCc::Westwood => gearbox_bpf::westwood::NAME,
         }
     }
 
-    /// The kernel controller that runs `cca`, where this kernel has one (Copa, Vivace
-    /// and Westwood+ have none here).
+    /// The kernel controller that runs `cca`, where there is one (Copa and Vivace have
+    /// none).
     pub fn for_cca(cca: Cca) -> Option<TcpCc> {
         match cca {
             Cca::NewReno => Some(TcpCc::Reno),
             Cca::Cubic => Some(TcpCc::Cubic),
             Cca::Bbr => Some(TcpCc::Bbr),
-            Cca::Copa | Cca::Westwood | Cca::Vivace => None,
+            Cca::Westwood => Some(TcpCc::Westwood),
+            Cca::Copa | Cca::Vivace => None,
         }
     }
 
@@ -57,13 +67,16 @@ impl TcpCc {
             TcpCc::Reno => Cca::NewReno,
             TcpCc::Cubic => Cca::Cubic,
             TcpCc::Bbr => Cca::Bbr,
+            TcpCc::Westwood => Cca::Westwood,
         }
     }
 
-    /// Sets this controller on `socket`. Fails with the kernel's error when the
-    /// module is not loaded or not allowed for an unprivileged process.
+    /// Sets this controller on `socket` (registering Westwood+ with the kernel first if
+    /// it is the one asked for). Fails with the kernel's error when the module is not
+    /// loaded or not allowed for an unprivileged process, or with why Westwood+ could
+    /// not be registered.
     pub fn apply(self, socket: &socket2::SockRef<'_>) -> std::io::Result<()> {
-        socket.set_tcp_congestion(self.name().as_bytes())
+        set_by_name(socket, self.name())
     }
 
     /// Reads the controller a socket runs, as the kernel names it.
@@ -105,6 +118,33 @@ pub struct TcpSwitchError {
     pub source: std::io::Error,
 }
 
+/// Sets `TCP_CONGESTION` to `name`. For Westwood+ it registers the BPF controller
+/// first, and once more if the kernel no longer lists it (another process that had
+/// registered it exited).
+fn set_by_name(socket: &socket2::SockRef<'_>, name: &str) -> std::io::Result<()> {
+    if name != gearbox_bpf::westwood::NAME {
+        return socket.set_tcp_congestion(name.as_bytes());
+    }
+    let register = || {
+        gearbox_bpf::westwood::ensure().map_err(|e| {
+            std::io::Error::other(format!(
+                "TCP congestion control {name:?} is gearbox's BPF controller and could not be registered: {e}; the kernel offers: {}",
+                available()
+            ))
+        })
+    };
+    register()?;
+    match socket.set_tcp_congestion(name.as_bytes()) {
+        // ENOENT: the kernel does not list the name.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            gearbox_bpf::westwood::forget_if_gone();
+            register()?;
+            socket.set_tcp_congestion(name.as_bytes())
+        }
+        other => other,
+    }
+}
+
 /// The controllers this kernel offers (`/proc/sys/net/ipv4/tcp_available_congestion_control`).
 pub fn available() -> String {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -135,15 +175,14 @@ impl TcpCcHandle {
         TcpCcHandle { socket }
     }
 
-    /// Switches the socket to `cc`, by the kernel's name, at once.
+    /// Switches the socket to `cc`, by the kernel's name, at once (registering
+    /// Westwood+ first when it is the one asked for).
     pub fn switch_to(&self, cc: &str) -> Result<(), TcpSwitchError> {
-        self.socket
-            .set_tcp_congestion(cc.as_bytes())
-            .map_err(|source| TcpSwitchError {
-                cc: cc.to_string(),
-                available: available(),
-                source,
-            })
+        set_by_name(&socket2::SockRef::from(&*self.socket), cc).map_err(|source| TcpSwitchError {
+            cc: cc.to_string(),
+            available: available(),
+            source,
+        })
     }
 
     /// The controller the socket runs now, as the kernel names it.
@@ -183,7 +222,7 @@ mod tests {
             let handle = TcpCcHandle::new(&socket2::SockRef::from(&conn)).unwrap();
             let chunk: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8).collect();
             let mut seen = Vec::new();
-            for (i, cc) in ["cubic", "bbr", "reno", "cubic"].iter().enumerate() {
+            for (i, cc) in ["cubic", "bbr", "westwood", "reno", "cubic"].iter().enumerate() {
                 handle.switch_to(cc).unwrap();
                 seen.push(handle.current().unwrap());
                 for _ in 0..(i + 1) * 40 {
@@ -200,8 +239,8 @@ mod tests {
         let mut got = Vec::new();
         client.read_to_end(&mut got).unwrap();
         let (seen, err) = sender.join().unwrap();
-        assert_eq!(seen, ["cubic", "bbr", "reno", "cubic"]);
-        assert_eq!(got.len(), 65_536 * 40 * (1 + 2 + 3 + 4));
+        assert_eq!(seen, ["cubic", "bbr", "westwood", "reno", "cubic"]);
+        assert_eq!(got.len(), 65_536 * 40 * (1 + 2 + 3 + 4 + 5));
         assert!(got
             .iter()
             .enumerate()

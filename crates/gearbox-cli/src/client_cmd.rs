@@ -125,7 +125,7 @@ pub struct ConnArgs {
     /// QUIC initial window in packets of 1200 bytes (default: quinn's RFC 9002 window).
     #[arg(long, value_name = "PACKETS")]
     pub quic_iw: Option<u32>,
-    /// Kernel TCP congestion control set on each socket: reno, cubic or bbr (default: the system's).
+    /// Kernel TCP congestion control set on each socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered on first use; needs root) (default: the system's).
     #[arg(long, value_name = "CC", value_parser = parse_tcp_cc)]
     pub tcp_cc: Option<TcpCc>,
     /// Bound on opening a connection (TCP+TLS or QUIC handshake), seconds.

@@ -34,7 +34,7 @@ pub struct EdgeArgs {
     /// QUIC initial congestion window, in packets of 1200 bytes [default: RFC 9002's].
     #[arg(long)]
     pub initial_window: Option<u32>,
-    /// Kernel TCP congestion control per socket: reno, cubic or bbr [default: the system's].
+    /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
     #[arg(long)]
     pub tcp_cc: Option<TcpCc>,
     /// Largest n served by /bytes/{n} [default: 1073741824].

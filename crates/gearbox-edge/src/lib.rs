@@ -58,6 +58,15 @@ pub enum EdgeError {
         /// Why, in words.
         reason: String,
     },
+    /// The configured kernel TCP controller cannot be used (e.g. Westwood+ without the
+    /// root or BTF its BPF program needs).
+    #[error("--tcp-cc {cc}: {reason}")]
+    TcpCc {
+        /// The controller asked for.
+        cc: gearbox_cc::TcpCc,
+        /// Why, with what the kernel offers.
+        reason: String,
+    },
     /// The telemetry file cannot be opened.
     #[error("cannot open telemetry file {path}: {source}")]
     Telemetry {
@@ -66,6 +75,27 @@ pub enum EdgeError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// Fails at start, not at the first connection, when the configured kernel TCP
+/// controller cannot be set (Westwood+ is registered here, for the edge's lifetime).
+fn check_tcp_cc(cc: gearbox_cc::TcpCc) -> Result<(), EdgeError> {
+    let probe =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).map_err(|e| EdgeError::TcpCc {
+            cc,
+            reason: format!("cannot open a socket to check it: {e}"),
+        })?;
+    cc.apply(&socket2::SockRef::from(&probe)).map_err(|e| EdgeError::TcpCc {
+        cc,
+        reason: if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "the kernel does not offer it; it offers: {}",
+                gearbox_cc::kernel::available()
+            )
+        } else {
+            e.to_string()
+        },
+    })
 }
 
 fn bind_error(what: &'static str, addr: SocketAddr, e: &std::io::Error) -> EdgeError {
@@ -169,6 +199,9 @@ impl Edge {
     /// Must be called inside a tokio runtime.
     pub async fn bind(config: EdgeConfig, gears: ConnectionGears) -> Result<Edge, EdgeError> {
         config.validate()?;
+        if let Some(cc) = config.tcp_cc {
+            check_tcp_cc(cc)?;
+        }
         let certs = tls::load_certs(&config.cert)?;
         let key = tls::load_key(&config.key)?;
         let tcp_tls = tls::server_config(certs.clone(), key.clone_key(), &tls::ALPN_TCP)?;

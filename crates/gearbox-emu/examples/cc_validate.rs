@@ -68,7 +68,9 @@ fn main() {
             "\n### Random loss (10 Mbit/s, 40 ms, 1 BDP, Bernoulli loss each direction, 5 s of bytes at line rate)\n"
         );
         println!("| controller | 0% | 1% | 2% | 3% |\n|---|---:|---:|---:|---:|");
-        for cc in SUITE {
+        let quic = SUITE.map(|cc| ("quic", cc));
+        let kernel = ["reno", "cubic", "bbr", "westwood"].map(|cc| ("tcp", cc));
+        for (proto, cc) in quic.into_iter().chain(kernel) {
             let cells: Vec<String> = [0.0, 0.01, 0.02, 0.03]
                 .iter()
                 .map(|&loss| {
@@ -77,11 +79,17 @@ fn main() {
                     pct(&cell(&Download {
                         loss,
                         seconds: 5.0,
+                        proto,
                         ..Download::quic(cc, 10.0, 40.0, 1.0)
                     }))
                 })
                 .collect();
-            println!("| {cc} | {} |", cells.join(" | "));
+            let label = if proto == "tcp" {
+                format!("kernel TCP {cc}")
+            } else {
+                cc.to_string()
+            };
+            println!("| {label} | {} |", cells.join(" | "));
         }
     }
     if want("peers") {

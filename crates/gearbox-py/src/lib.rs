@@ -238,7 +238,7 @@ fn trust(ca: Option<&Bound<'_, PyAny>>, insecure: bool) -> PyResult<Trust> {
 ///     local_addrs: local IP addresses, one connection pool per path (multipath); a
 ///         request's `path_index` picks one. Default: one path, the kernel picks the source.
 ///     quic_cc: QUIC congestion controller: newreno, cubic, bbr, copa, westwood, vivace (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins).
-///     tcp_cc: kernel TCP congestion controller: reno, cubic or bbr (default: the system's).
+///     tcp_cc: kernel TCP congestion controller: reno, cubic, bbr or westwood (BPF, needs root) (default: the system's).
 ///     telemetry: JSON-lines file the records are appended to ("-": standard output).
 ///     connect_timeout_s: bound on TCP connect + TLS handshake, or the QUIC handshake.
 ///     request_timeout_s: bound on a whole request, connection setup included.
