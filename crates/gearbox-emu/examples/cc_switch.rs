@@ -1,7 +1,7 @@
 //! Switching a live connection's controller on the emulator (docs/cc.md "Switching,
 //! measured"; Floo §2.3 Fig. 3, §5.4 Fig. 12-13), not a test.
 //!
-//! `cargo build --release -p gearbox-cli && cargo run --release -p gearbox-emu --example cc_switch -- [traces|compare] [OUT_DIR]`
+//! `cargo build --release -p gearbox-cli && cargo run --release -p gearbox-emu --example cc_switch -- [traces|compare|one ...] [OUT_DIR]`
 //! (root). One HTTP/3 download from our edge per run; the client polls the edge's admin
 //! port every 100 ms (`GET /connections`: controller, phase, cwnd, sRTT, delivery rate,
 //! bytes sent and lost) and asks for the switch at `SWITCH_AT_S` (`POST
@@ -11,6 +11,8 @@
 //! - `traces`: BBR→Copa, BBR→Cubic and Cubic→BBR, full and part switching, on a
 //!   10 Mbit/s, 40 ms, 1-BDP path; one CSV per run in OUT_DIR (default
 //!   `target/cc-switch`), and a table of cwnd and sRTT around the switch.
+//! - `one CC MBIT RTT_MS BDP [OUT_DIR]`: one controller through a download with no
+//!   switch, its state every half second (a diagnostic).
 //! - `compare`: 24 scenarios (6 ordered pairs of Cubic, BBR and Copa × 4 paths), each
 //!   switched in both modes; loss and mean sRTT in the 2 s after the switch, full
 //!   against part (Floo Fig. 13).
@@ -23,7 +25,8 @@ use gearbox_emu::RunOptions;
 #[path = "../tests/common/transfer.rs"]
 mod transfer;
 
-const SWITCH_AT_S: f64 = 6.0;
+/// When the switch is asked for, s after the download starts (Floo Fig. 3 and 12 switch at 10 s).
+const SWITCH_AT_S: f64 = 10.0;
 
 #[derive(Debug, Clone, Copy)]
 struct PathSpec {
@@ -63,8 +66,9 @@ fn run(from: &str, to: &str, mode: &str, p: PathSpec, scratch: &Path) -> Result<
     let cfg = transfer::single_path(p.mbit, p.rtt_ms, p.bdps, p.loss)?;
     let trace = scratch.join("trace.txt");
     let _ = std::fs::remove_file(&trace);
-    // Enough bytes for 10 s at line rate: the download outlasts the 2 s after a switch.
-    let bytes = (p.mbit * 1e6 / 8.0 * 10.0) as u64;
+    // Enough bytes for the switch time plus 4 s at line rate: the download outlasts the
+    // 2 s after a switch.
+    let bytes = (p.mbit * 1e6 / 8.0 * (SWITCH_AT_S + 4.0)) as u64;
     let client = format!(
         "{bin} get --proto quic --insecure --timeout-s 120 https://10.0.0.1:4433/bytes/{bytes} > /dev/null & g=$!; \
          start=$(date +%s%N); \
@@ -145,6 +149,18 @@ fn window(samples: &[Sample], a: f64, b: f64) -> (f64, f64, f64) {
     )
 }
 
+/// One CSV row per poll.
+fn write_csv(path: &Path, samples: &[Sample]) {
+    let mut text = String::from("t_s,cca,phase,cwnd_bytes,srtt_ms,delivery_rate_bytes_per_s,sent_bytes,lost_bytes\n");
+    for x in samples {
+        text += &format!(
+            "{:.3},{},{},{},{},{},{},{}\n",
+            x.t_s, x.cca, x.phase, x.cwnd, x.srtt_ms, x.delivery_rate, x.sent, x.lost
+        );
+    }
+    std::fs::write(path, text).expect("csv");
+}
+
 /// When the controller changed (the first sample naming `to`), else the request time.
 fn switched_at(samples: &[Sample], to: &str) -> f64 {
     samples
@@ -156,7 +172,8 @@ fn switched_at(samples: &[Sample], to: &str) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let what = args.first().map_or("traces", String::as_str).to_string();
-    let out = PathBuf::from(args.get(1).map_or("target/cc-switch", String::as_str));
+    let out_arg = if what == "one" { 5 } else { 1 };
+    let out = PathBuf::from(args.get(out_arg).map_or("target/cc-switch", String::as_str));
     if let Err(e) = gearbox_emu::check_environment() {
         eprintln!("cc_switch needs root, /dev/net/tun and ip: {e}");
         std::process::exit(1);
@@ -169,7 +186,58 @@ fn main() {
         bdps: 1.0,
         loss: 0.0,
     };
-    if what == "traces" {
+    if what == "one" {
+        // A diagnostic: one controller's state through a download, no switch (the
+        // request names the running controller: a recorded no-op).
+        let arg = |i: usize, name: &str| -> String {
+            args.get(i).cloned().unwrap_or_else(|| {
+                eprintln!("usage: cc_switch one CC MBIT RTT_MS BDP [OUT_DIR]; missing {name}");
+                std::process::exit(2)
+            })
+        };
+        let num = |i: usize, name: &str| -> f64 {
+            arg(i, name).parse().unwrap_or_else(|e| {
+                eprintln!("cc_switch one: {name}: {e}");
+                std::process::exit(2)
+            })
+        };
+        let cc = arg(1, "CC");
+        let p = PathSpec {
+            mbit: num(2, "MBIT"),
+            rtt_ms: num(3, "RTT_MS"),
+            bdps: num(4, "BDP"),
+            loss: 0.0,
+        };
+        match run(&cc, &cc, "full", p, &scratch) {
+            Ok(s) => {
+                let csv = out.join(format!("{cc}-{}mbit.csv", p.mbit));
+                write_csv(&csv, &s);
+                println!(
+                    "| t s | phase | cwnd kB | sRTT ms | delivery Mbit/s | lost kB |\n|---:|---|---:|---:|---:|---:|"
+                );
+                let mut next = 0.0;
+                for x in &s {
+                    if x.t_s >= next {
+                        println!(
+                            "| {:.1} | {} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                            x.t_s,
+                            x.phase,
+                            x.cwnd / 1e3,
+                            x.srtt_ms,
+                            x.delivery_rate * 8.0 / 1e6,
+                            x.lost / 1e3
+                        );
+                        next = x.t_s + 0.5;
+                    }
+                }
+                println!("wrote {}", csv.display());
+            }
+            Err(e) => {
+                eprintln!("cc_switch one: {e}");
+                std::process::exit(1);
+            }
+        }
+    } else if what == "traces" {
         println!("\n### Through a switch at t = {SWITCH_AT_S} s ({})\n", base.label());
         println!("| switch | mode | phase after | cwnd kB 2 s before | cwnd kB 2 s after | sRTT ms before | sRTT ms after | loss 2 s after |");
         println!("|---|---|---|---:|---:|---:|---:|---:|");
@@ -177,17 +245,7 @@ fn main() {
             for mode in ["full", "part"] {
                 match run(from, to, mode, base, &scratch) {
                     Ok(s) => {
-                        let csv = out.join(format!("{from}-{to}-{mode}.csv"));
-                        let mut text = String::from(
-                            "t_s,cca,phase,cwnd_bytes,srtt_ms,delivery_rate_bytes_per_s,sent_bytes,lost_bytes\n",
-                        );
-                        for x in &s {
-                            text += &format!(
-                                "{:.3},{},{},{},{},{},{},{}\n",
-                                x.t_s, x.cca, x.phase, x.cwnd, x.srtt_ms, x.delivery_rate, x.sent, x.lost
-                            );
-                        }
-                        std::fs::write(&csv, text).expect("csv");
+                        write_csv(&out.join(format!("{from}-{to}-{mode}.csv")), &s);
                         let at = switched_at(&s, to);
                         let (_, rtt0, cwnd0) = window(&s, at - 2.0, at);
                         let (loss1, rtt1, cwnd1) = window(&s, at, at + 2.0);
