@@ -9,7 +9,8 @@
  *   - growth is Reno's (the kernel's own tcp_reno_cong_avoid, called as a kfunc);
  *   - the bandwidth estimate BWE is sampled once per RTT (at least every 50 ms): bytes
  *     acknowledged in the interval over its length, then low-pass filtered,
- *     BWE <- 7/8 BWE + 1/8 sample;
+ *     BWE <- 7/8 BWE + 1/8 sample (in slow start, where the rate doubles every RTT,
+ *     BWE is the latest sample: the filter would trail it far behind);
  *   - after a loss, ssthresh = max(BWE x RTTmin, 2 segments) instead of Reno's halving,
  *     and cwnd = ssthresh when the recovery ends.
  * ACKs are counted as Westwood counts them: a cumulative ACK delivers the bytes it
@@ -90,7 +91,12 @@ static void sample(struct sock *sk, __u32 bytes)
 	if (now < w->sample_start_us || elapsed < interval)
 		return;
 	rate = w->sample_bytes * 1000000ULL / elapsed;
-	w->bwe = w->bwe ? (7 * w->bwe + rate) / 8 : rate;
+	/* In slow start the rate doubles every RTT and the filter would trail it: the
+	 * estimate is the latest sample there, filtered only once the rate is steady. */
+	if (!w->bwe || tcp(sk)->snd_cwnd < tcp(sk)->snd_ssthresh)
+		w->bwe = rate;
+	else
+		w->bwe = (7 * w->bwe + rate) / 8;
 	w->sample_start_us = now;
 	w->sample_bytes = 0;
 }
