@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+# `gearbox lab` finds Python next to the repository it was built in, which it cannot
+# tell when the build lives outside it (CARGO_TARGET_DIR): name the venv's.
+export GEARBOX_PYTHON="${GEARBOX_PYTHON:-$PWD/.venv/bin/python}"
+
 echo "== rustfmt"; cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"; cargo build -p gearbox-cli --locked
