@@ -6,10 +6,14 @@
 //!   socket (at accept or on a live connection). Beyond the seeds: Floo §6 names eBPF
 //!   as the way to bring its controller choice to kernel TCP.
 //!
+//! - [`iw`]: TCP WISE's initial window per client cluster, a `sock_ops` program that
+//!   sets `TCP_BPF_IW` on each of the edge's passive connections from the Cwnd Table.
+//!
 //! Loading needs root (`CAP_BPF` and `CAP_NET_ADMIN`) and a kernel with BTF
 //! (`/sys/kernel/btf/vmlinux`) and the BPF JIT; without them every call says which is
 //! missing and the kernel's own controllers keep working.
 
+pub mod iw;
 pub mod westwood;
 
 use std::sync::Once;
@@ -26,6 +30,14 @@ pub enum BpfError {
     /// The kernel has no BTF, which `struct_ops` and CO-RE need.
     #[error("this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing); BPF congestion controllers need a kernel built with CONFIG_DEBUG_INFO_BTF")]
     NoBtf,
+    /// Something the program needs from the system is missing.
+    #[error("{what}: {message}")]
+    Environment {
+        /// The step that failed.
+        what: &'static str,
+        /// Why.
+        message: String,
+    },
     /// libbpf or the kernel refused the program.
     #[error("{what} failed: {source}")]
     Libbpf {

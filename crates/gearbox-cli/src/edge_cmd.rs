@@ -37,6 +37,11 @@ pub struct EdgeArgs {
     /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
     #[arg(long)]
     pub tcp_cc: Option<TcpCc>,
+    /// TCP WISE's Cwnd Table (TOML, docs/tcpwise.md): the initial window per client
+    /// cluster and hour, on TCP (BPF sock_ops, needs root) and QUIC; reloaded when the
+    /// file changes.
+    #[arg(long, value_name = "FILE")]
+    pub cwnd_table: Option<PathBuf>,
     /// Largest n served by /bytes/{n} [default: 1073741824].
     #[arg(long)]
     pub max_bytes: Option<u64>,
@@ -84,6 +89,9 @@ impl EdgeArgs {
         }
         if self.tcp_cc.is_some() {
             c.tcp_cc = self.tcp_cc;
+        }
+        if self.cwnd_table.is_some() {
+            c.cwnd_table = self.cwnd_table.clone();
         }
         if self.static_dir.is_some() {
             c.static_dir = self.static_dir.clone();

@@ -64,7 +64,13 @@ impl TelemetrySink {
             let mut w = BufWriter::new(out);
             while let Some(msg) = rx.blocking_recv() {
                 let res = match msg {
-                    Msg::Line(l) => w.write_all(l.as_bytes()).and_then(|_| w.write_all(b"\n")),
+                    // Flushed whenever the queue runs dry: a burst is written in one go,
+                    // and a reader of the file (a learner, a test) sees every record
+                    // as soon as the writer is idle, not at shutdown.
+                    Msg::Line(l) => w
+                        .write_all(l.as_bytes())
+                        .and_then(|_| w.write_all(b"\n"))
+                        .and_then(|_| if rx.is_empty() { w.flush() } else { Ok(()) }),
                     Msg::Flush(done) => {
                         let r = w.flush();
                         let _ = done.send(());

@@ -36,6 +36,9 @@ pub struct EdgeConfig {
     pub initial_window: Option<u32>,
     /// Kernel TCP congestion control (None: the system default).
     pub tcp_cc: Option<TcpCc>,
+    /// TCP WISE's Cwnd Table (docs/tcpwise.md): the initial window per client cluster
+    /// and hour, for TCP and QUIC; reloaded when the file changes.
+    pub cwnd_table: Option<PathBuf>,
     /// Largest n that `/bytes/{n}` serves; larger asks get 400.
     pub max_bytes: u64,
     /// Directory served for paths that name a file in it.
@@ -70,6 +73,7 @@ impl Default for EdgeConfig {
             congestion: gearbox_cc::CcConfig::default(),
             initial_window: None,
             tcp_cc: None,
+            cwnd_table: None,
             max_bytes: DEFAULT_MAX_BYTES,
             static_dir: None,
             upstream: None,

@@ -26,6 +26,7 @@ pub mod live;
 pub mod metrics;
 pub mod policy;
 pub mod service;
+pub mod tcpwise;
 
 mod admin;
 mod quic;
@@ -67,6 +68,9 @@ pub enum EdgeError {
         /// Why, with what the kernel offers.
         reason: String,
     },
+    /// The Cwnd Table cannot be used.
+    #[error("--cwnd-table {0}")]
+    CwndTable(#[from] gearbox_gears::tcpwise::TableError),
     /// The telemetry file cannot be opened.
     #[error("cannot open telemetry file {path}: {source}")]
     Telemetry {
@@ -133,6 +137,8 @@ pub struct Shared {
     pub live: Arc<LiveConnections>,
     /// In-flight connections, requests and record writers; shutdown waits for them.
     tracker: TaskTracker,
+    /// TCP WISE's Cwnd Table and kernel program, with `--cwnd-table`.
+    pub tcp_iw: Option<Arc<tcpwise::TcpWise>>,
 }
 
 impl Shared {
@@ -197,7 +203,7 @@ pub struct Edge {
 impl Edge {
     /// Validates the config, loads the certificate and binds every listener.
     /// Must be called inside a tokio runtime.
-    pub async fn bind(config: EdgeConfig, gears: ConnectionGears) -> Result<Edge, EdgeError> {
+    pub async fn bind(config: EdgeConfig, mut gears: ConnectionGears) -> Result<Edge, EdgeError> {
         config.validate()?;
         if let Some(cc) = config.tcp_cc {
             check_tcp_cc(cc)?;
@@ -215,6 +221,18 @@ impl Edge {
             .await
             .map_err(|e| bind_error("TCP", config.listen, &e))?;
         let tcp_addr = tcp.local_addr().map_err(|e| bind_error("TCP", config.listen, &e))?;
+        let tcp_iw = match &config.cwnd_table {
+            Some(path) => {
+                let t = tcpwise::TcpWise::start(path.clone(), &tcp)?;
+                gears.set_initial_window(Box::new(gearbox_gears::tcpwise::TcpWiseGear::new(
+                    t.table(),
+                    gearbox_dataplane::telemetry::unix_ms_now().to_bits(),
+                )));
+                tcpwise::TcpWise::spawn_reloader(&t);
+                Some(t)
+            }
+            None => None,
+        };
         let mut quic_addr = config.quic_addr();
         if config.quic_listen.is_none() {
             quic_addr.set_port(tcp_addr.port());
@@ -275,6 +293,7 @@ impl Edge {
             quic_crypto,
             quic_configs: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
+            tcp_iw,
         });
         Ok(Edge {
             shared,

@@ -16,7 +16,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_gear_api::{AcceptedConnection, Cca, CcaGear, Decision, EdgeRecord, InitialWindowGear, Transport};
+use gearbox_gear_api::{
+    AcceptedConnection, Cca, CcaGear, Decision, EdgeRecord, InitialWindowGear, IwChoice, Transport,
+};
 
 /// What a QUIC connection runs, chosen when it is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,6 +64,11 @@ impl ConnectionGears {
         gears
     }
 
+    /// Replaces the initial-window gear (TCP WISE's table, given at start).
+    pub fn set_initial_window(&mut self, gear: Box<dyn InitialWindowGear>) {
+        self.initial_window = Mutex::new(gear);
+    }
+
     fn ask_cca(&self, conn: &AcceptedConnection) -> Decision<Option<Cca>> {
         let d = self
             .cca
@@ -72,41 +79,45 @@ impl ConnectionGears {
         d
     }
 
-    fn ask_initial_window(&self, conn: &AcceptedConnection) -> Decision<Option<u32>> {
+    fn ask_initial_window(&self, conn: &AcceptedConnection) -> Decision<Option<IwChoice>> {
         let d = self
             .initial_window
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .choose(conn, Instant::now());
-        tracing::debug!(conn_id = conn.conn_id, packets = ?d.choice, reason = %d.reason, "initial window chosen");
+        tracing::debug!(conn_id = conn.conn_id, packets = ?d.choice.as_ref().map(|c| c.iw), reason = %d.reason, "initial window chosen");
         d
     }
 
     /// Controller and initial window of a new QUIC connection, applied through
-    /// `quinn::Incoming::accept_with`. No controller named: the configured one.
-    pub(crate) fn quic(&self, conn: &AcceptedConnection) -> QuicChoice {
-        QuicChoice {
+    /// `quinn::Incoming::accept_with` (no controller named: the configured one), and
+    /// the window's origin for the connection's records.
+    pub(crate) fn quic(&self, conn: &AcceptedConnection) -> (QuicChoice, Option<IwChoice>) {
+        let iw = self.ask_initial_window(conn).choice;
+        let choice = QuicChoice {
             cc: match self.ask_cca(conn).choice {
                 Some(c) if c != self.quic_default.cca() => QuicCc::Suite(c),
                 _ => self.quic_default,
             },
-            initial_window_packets: self.ask_initial_window(conn).choice,
-        }
+            initial_window_packets: iw.as_ref().map(|c| c.iw),
+        };
+        (choice, iw)
     }
 
     /// Kernel congestion control of a new TCP connection (None: the system default),
     /// applied with `TCP_CONGESTION` on the accepted socket before any data is sent.
     ///
-    /// A TCP initial window is asked for too, so the gear sees every connection, but not
-    /// applied: setting it per connection needs the `sock_ops` hook (`TCP_BPF_IW`),
-    /// which the edge does not load yet.
+    /// The initial-window gear is asked too, so it sees every connection; a TCP window
+    /// can only be set by the edge's BPF `sock_ops` program before the kernel sends
+    /// anything (TCP WISE's table, `crate::tcpwise`), so an answer here is logged, not
+    /// applied.
     pub(crate) fn tcp(&self, conn: &AcceptedConnection) -> Option<TcpCc> {
         let cc = self.ask_cca(conn).choice.and_then(tcp_cc);
-        if let Some(packets) = self.ask_initial_window(conn).choice {
+        if let Some(c) = self.ask_initial_window(conn).choice {
             tracing::debug!(
                 conn_id = conn.conn_id,
-                packets,
-                "TCP initial window not applied (no sock_ops hook)"
+                packets = c.iw,
+                "TCP initial window from a gear not applied (only the kernel's sock_ops program can)"
             );
         }
         cc
@@ -144,13 +155,13 @@ pub struct StaticInitialWindow {
 }
 
 impl InitialWindowGear for StaticInitialWindow {
-    fn choose(&mut self, conn: &AcceptedConnection, _now: Instant) -> Decision<Option<u32>> {
+    fn choose(&mut self, conn: &AcceptedConnection, _now: Instant) -> Decision<Option<IwChoice>> {
         let choice = match conn.transport {
             Transport::Quic => self.quic_packets,
             Transport::Tcp => None,
         };
         match choice {
-            Some(p) => Decision::new(choice, format!("static:{p}")),
+            Some(p) => Decision::new(Some(IwChoice::fixed(p)), format!("static:{p}")),
             None => Decision::new(None, "static:default"),
         }
     }
@@ -187,10 +198,13 @@ mod tests {
         let gears = ConnectionGears::from_config(&config);
         assert_eq!(
             gears.quic(&conn(Transport::Quic)),
-            QuicChoice {
-                cc: QuicCc::Suite(Cca::Bbr),
-                initial_window_packets: Some(32)
-            }
+            (
+                QuicChoice {
+                    cc: QuicCc::Suite(Cca::Bbr),
+                    initial_window_packets: Some(32)
+                },
+                Some(IwChoice::fixed(32))
+            )
         );
         assert_eq!(gears.tcp(&conn(Transport::Tcp)), Some(TcpCc::Reno));
     }

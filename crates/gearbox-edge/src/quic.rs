@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::transport;
-use gearbox_gear_api::{AcceptedConnection, Transport};
+use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,8 @@ struct Conn {
     quinn: quinn::Connection,
     cc: String,
     watch: AckWatch,
+    /// The connection's initial window and where it came from (TCP WISE's record).
+    iw: Option<IwChoice>,
 }
 
 fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
@@ -49,6 +51,7 @@ fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord
         server_time_source: None,
         transport: None,
         error: (!error.is_empty()).then(|| error.to_string()),
+        iw: None,
     }
     .with_shared(shared)
 }
@@ -78,7 +81,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
         let peer = incoming.remote_address();
         let id = shared.conn_id();
         let accepted = AcceptedConnection::new(id, peer, Transport::Quic, unix_ms_now());
-        let choice = shared.gears.quic(&accepted);
+        let (choice, iw) = shared.gears.quic(&accepted);
         let (config, control) = match shared.quic_config(&choice) {
             Ok(c) => c,
             Err(e) => {
@@ -96,7 +99,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
                 let cc = choice.cc.name().to_string();
                 let live = shared.live.register(id, peer, Transport::Quic, control);
                 shared.tracker.spawn(async move {
-                    connection(shared2, connecting, id, peer, cc, cancel2).await;
+                    connection(shared2, connecting, id, peer, cc, iw, cancel2).await;
                     drop(live);
                 });
             }
@@ -115,6 +118,7 @@ async fn connection(
     id: u64,
     peer: SocketAddr,
     cc: String,
+    iw: Option<IwChoice>,
     cancel: CancellationToken,
 ) {
     let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
@@ -151,6 +155,7 @@ async fn connection(
         quinn,
         cc,
         watch,
+        iw,
     });
     // Requests of this connection, so that a shutdown closes it only once they are done.
     let requests = tokio_util::task::TaskTracker::new();
@@ -203,6 +208,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
     let time_unix_ms = unix_ms_now();
     let (parts, ()) = req.into_parts();
     let mut rec = record(&conn.shared, conn.id, conn.peer, "");
+    rec.iw = conn.iw.clone();
     rec.time_unix_ms = time_unix_ms;
     rec.method = parts.method.to_string();
     rec.path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::transport;
-use gearbox_gear_api::{AcceptedConnection, Transport};
+use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,8 @@ struct Conn {
     protocol: Protocol,
     /// A duplicate of the connection's socket, to read `TCP_INFO` while hyper owns the stream.
     socket: Arc<socket2::Socket>,
+    /// The initial window the kernel's TCP WISE program drew for it, if any.
+    iw: Option<IwChoice>,
 }
 
 pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpListener, cancel: CancellationToken) {
@@ -77,6 +79,7 @@ fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> Edge
         server_time_source: None,
         transport: None,
         error: Some(error.to_string()),
+        iw: None,
     }
 }
 
@@ -94,6 +97,10 @@ async fn connection(
             tracing::warn!(cc = %cc, error = %e, "cannot set TCP congestion control; keeping the system default");
         }
     }
+    let iw = shared
+        .tcp_iw
+        .as_ref()
+        .and_then(|k| k.tcp_draw(&sref, accepted.cluster.hour));
     let _ = stream.set_nodelay(true);
     let socket = match sref.try_clone() {
         Ok(s) => Arc::new(s),
@@ -137,6 +144,7 @@ async fn connection(
         peer,
         protocol,
         socket,
+        iw,
     });
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let conn = conn.clone();
@@ -218,6 +226,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 server_time_source: None,
                 transport: None,
                 error: (!complete).then(|| "reset".to_string()),
+                iw: c.iw.clone(),
             };
             if complete {
                 let (at, source) = match wait_acked(&c.socket).await {

@@ -406,3 +406,116 @@ async fn added_processing_time_slows_only_the_protocol_it_is_set_for() {
     let records = edge.stop().await;
     assert_eq!(one(&records, "/bytes/2000")["protocol"], "h3");
 }
+
+/// The record for `path`, once the edge has written it (after the client acknowledged
+/// the last byte, so a little after the client finished); polled for a bounded time.
+async fn latest(edge: &Running, path: &str) -> Option<Value> {
+    for _ in 0..100 {
+        let found = read_records(&edge.telemetry())
+            .into_iter()
+            .rev()
+            .find(|r| r["path"] == path);
+        if found.is_some() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// TCP WISE (docs/tcpwise.md): the Cwnd Table gives TCP connections their initial
+/// window through the kernel's sock_ops program and QUIC connections through the gear
+/// at accept; each record says which; a changed file is reloaded and a bad one refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cwnd_table_sets_initial_windows_on_tcp_and_quic_and_is_reloaded() {
+    let tables = tempfile::tempdir().unwrap();
+    let table = tables.path().join("cwnd.toml");
+    let write = |version: u32, iw: u32| {
+        let text =
+            format!("version = {version}\ncap = 100\n[[cluster]]\nprefix = \"127.0.0.0/24\"\niw = [{iw}, {iw}]\n");
+        // Write then rename: the edge never reads half a file.
+        let tmp = tables.path().join("next.toml");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &table).unwrap();
+    };
+    write(1, 40);
+    let t = table.clone();
+    let edge = start(move |c| c.cwnd_table = Some(t)).await;
+    let out = edge.dir.path().join("out");
+
+    curl(&edge, "--http2", "/bytes/100000", &out).await;
+    let r = latest(&edge, "/bytes/100000").await.expect("TCP record");
+    assert_eq!(r["iw"]["source"], "kernel", "{r}");
+    assert_eq!(r["iw"]["iw"], 40);
+    assert_eq!(r["iw"]["cluster"], "127.0.0.0/24");
+    assert_eq!(r["iw"]["iw_set"], serde_json::json!([40, 40]));
+
+    let dl = edge.dir.path().join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let url = format!("https://127.0.0.1:{}/bytes/100001", edge.quic.port());
+    let o = run(Command::new(need("gtlsclient"))
+        .args(["-q", "--timeout=1s"])
+        .arg(format!("--download={}", dl.display()))
+        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
+    .await;
+    assert!(o.status.success(), "gtlsclient: {}", String::from_utf8_lossy(&o.stderr));
+    let r = latest(&edge, "/bytes/100001").await.expect("QUIC record");
+    assert_eq!(
+        (r["iw"]["source"].as_str(), r["iw"]["iw"].as_u64()),
+        (Some("table"), Some(40)),
+        "{r}"
+    );
+
+    // A new table takes effect on new connections (the edge polls the file every second).
+    write(2, 20);
+    let mut seen = 0;
+    for i in 0..30 {
+        let path = format!("/bytes/{}", 100_010 + i);
+        curl(&edge, "--http2", &path, &out).await;
+        seen = latest(&edge, &path)
+            .await
+            .and_then(|r| r["iw"]["iw"].as_u64())
+            .unwrap_or(0);
+        if seen == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen, 20, "the reloaded table applies");
+
+    // A table with an IW below 3 is refused: the last good one stays.
+    let bad = "version = 3\ncap = 100\n[[cluster]]\nprefix = \"127.0.0.0/24\"\niw = [2, 2]\n";
+    std::fs::write(tables.path().join("next.toml"), bad).unwrap();
+    std::fs::rename(tables.path().join("next.toml"), &table).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    curl(&edge, "--http2", "/bytes/100100", &out).await;
+    let r = latest(&edge, "/bytes/100100").await.unwrap();
+    assert_eq!(r["iw"]["iw"], 20, "{r}");
+    edge.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_cwnd_table_stops_the_edge_with_the_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("cwnd.toml");
+    std::fs::write(
+        &table,
+        "version = 1\ncap = 100\n\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [5, 500]\n",
+    )
+    .unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["localhost".into()], &cert, &key).unwrap();
+    let config = EdgeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cert,
+        key,
+        cwnd_table: Some(table.clone()),
+        ..EdgeConfig::default()
+    };
+    let gears = ConnectionGears::from_config(&config);
+    let e = Edge::bind(config, gears).await.err().expect("refused").to_string();
+    assert!(
+        e.contains(&table.display().to_string()) && e.contains("line 4: cluster[0].iw[1]"),
+        "{e}"
+    );
+}

@@ -21,7 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
-use crate::record::EdgeRecord;
+use crate::record::{EdgeRecord, IwChoice};
 use crate::transport::Transport;
 
 /// A congestion control algorithm a connection can run.
@@ -213,9 +213,10 @@ pub trait CcaPeriodGear: Send {
 /// The initial-window gear at accept: the congestion window a new connection starts
 /// with (TCP WISE §IV-A, Connection Manager).
 pub trait InitialWindowGear: Send {
-    /// The initial window of `conn`, in packets; `None` leaves the stack's default (10
-    /// for the kernel, RFC 9002's for QUIC).
-    fn choose(&mut self, conn: &AcceptedConnection, now: Instant) -> Decision<Option<u32>>;
+    /// The initial window of `conn` (its `iw`, in packets, and where it came from, for
+    /// the record); `None` leaves the stack's default (10 for the kernel, RFC 9002's for
+    /// QUIC).
+    fn choose(&mut self, conn: &AcceptedConnection, now: Instant) -> Decision<Option<IwChoice>>;
 
     /// A response finished (TCP WISE §IV-B: one performance entry per response, whose
     /// latency the learner compares between windows, §IV-C).

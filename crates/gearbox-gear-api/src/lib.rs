@@ -36,5 +36,5 @@ pub use conn::{AcceptedConnection, Cca, CcaGear, CcaPeriodGear, ClientCluster, C
 pub use decision::{Decision, DecisionId};
 pub use http_version::{HttpVersion, HttpVersionGear, PageRecord};
 pub use path::{PathGear, PathRequest, PathState};
-pub use record::{ClientRecord, EdgeRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
+pub use record::{ClientRecord, EdgeRecord, IwChoice, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 pub use transport::{Transport, TransportChoice, TransportGear};

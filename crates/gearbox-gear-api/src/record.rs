@@ -127,6 +127,43 @@ pub struct EdgeRecord {
     pub transport: Option<TransportSnapshot>,
     /// Error kind when the request failed (`handshake`, `reset`, `timeout`, ...).
     pub error: Option<String>,
+    /// The connection's initial window when a gear chose it (TCP WISE §IV-B: the Data
+    /// Collector's IW beside each response's latency); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iw: Option<IwChoice>,
+}
+
+/// A connection's initial congestion window as chosen at accept (TCP WISE §IV-A).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IwChoice {
+    /// The table entry's prefix that matched the client (`others` when none did);
+    /// absent for a static window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Hour of day (UTC) the entry was chosen for; absent for a static window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hour: Option<u8>,
+    /// The set under test, α and β, packets; absent for a static window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iw_set: Option<[u32; 2]>,
+    /// The window this connection drew, packets.
+    pub iw: u32,
+    /// Who chose it: `table` (the Cwnd Table, in the edge for QUIC), `kernel` (the
+    /// Cwnd Table, in the edge's BPF `sock_ops` program for TCP) or `static`.
+    pub source: String,
+}
+
+impl IwChoice {
+    /// A fixed window, the same for every connection.
+    pub fn fixed(iw: u32) -> Self {
+        IwChoice {
+            cluster: None,
+            hour: None,
+            iw_set: None,
+            iw,
+            source: "static".into(),
+        }
+    }
 }
 
 /// One record per request on the client (`side = "client"`).

@@ -7,5 +7,8 @@
 //!
 //! - [`transport`]: TCP or QUIC per request on the client — WiseTrans v1
 //!   and v2, with the static, strawman and Chromium-race baselines.
+//! - [`tcpwise`]: the initial window per client cluster and hour on the edge — TCP
+//!   WISE's Cwnd Table and its A/B draw.
 
+pub mod tcpwise;
 pub mod transport;

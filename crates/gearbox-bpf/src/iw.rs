@@ -1,0 +1,274 @@
+//! TCP WISE's initial window for kernel TCP (TCP WISE §IV-A): the `sock_ops` program
+//! of `bpf/iw.bpf.c`, attached to the edge's cgroup, and the maps the edge fills from
+//! the Cwnd Table and reads each connection's draw back from.
+//!
+//! The program acts only on connections to the edge's own port in the edge's own
+//! network namespace (it runs for every socket of the cgroup, which is shared with
+//! other processes). Its maps hold the table as it stands in the current hour; the
+//! edge refills them when the table or the hour changes ([`IwProgram::fill`]), entry
+//! by entry, so a connection sees an entry's old value or its new one.
+
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::{check_environment, route_libbpf_messages, BpfError};
+
+/// The compiled program (`build.rs`).
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iw.bpf.o"));
+
+const AF_INET: u32 = 2;
+const AF_INET6: u32 = 10;
+
+/// One entry of the table for the kernel: who (a prefix, or `None` for the others)
+/// and the set under test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IwEntry {
+    /// Address and prefix length; `None`: every client no prefix matches.
+    pub prefix: Option<(IpAddr, u8)>,
+    /// α and β, packets.
+    pub iw: [u32; 2],
+    /// Probability of α, in [0, 1].
+    pub chance_alpha: f64,
+}
+
+/// What the kernel drew for one connection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IwDraw {
+    /// The entry's prefix (`None`: the others).
+    pub prefix: Option<(IpAddr, u8)>,
+    /// α and β of the entry.
+    pub iw_set: [u32; 2],
+    /// The window drawn, packets.
+    pub iw: u32,
+    /// Whether the kernel accepted `TCP_BPF_IW` (0 from `bpf_setsockopt`).
+    pub applied: bool,
+}
+
+/// The loaded and attached program.
+pub struct IwProgram {
+    object: libbpf_rs::Object,
+    _link: libbpf_rs::Link,
+}
+
+impl std::fmt::Debug for IwProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IwProgram")
+    }
+}
+
+fn libbpf(what: &'static str) -> impl Fn(libbpf_rs::Error) -> BpfError {
+    move |source| BpfError::Libbpf { what, source }
+}
+
+impl IwProgram {
+    /// Loads the program and attaches it to this process's cgroup (v2), acting on
+    /// connections to `port` in the network namespace of `listener` (the edge's TCP
+    /// listening socket). No entries yet: every connection keeps the kernel's default
+    /// until [`IwProgram::fill`].
+    pub fn attach(listener: &impl AsFd, port: u16) -> Result<IwProgram, BpfError> {
+        check_environment()?;
+        route_libbpf_messages();
+        let netns = sockopt_u64(listener.as_fd().as_raw_fd(), SO_NETNS_COOKIE).map_err(|e| BpfError::Environment {
+            what: "reading the listening socket's network-namespace cookie (SO_NETNS_COOKIE, Linux 5.14+)",
+            message: e.to_string(),
+        })?;
+        let cgroup_path = own_cgroup2().map_err(|message| BpfError::Environment {
+            what: "finding this process's cgroup v2",
+            message,
+        })?;
+        let cgroup = std::fs::File::open(&cgroup_path).map_err(|e| BpfError::Environment {
+            what: "opening this process's cgroup",
+            message: format!("{}: {e}", cgroup_path.display()),
+        })?;
+        let object = libbpf_rs::ObjectBuilder::default()
+            .open_memory(OBJECT)
+            .map_err(libbpf("opening the TCP WISE BPF object"))?
+            .load()
+            .map_err(libbpf(
+                "loading the TCP WISE sock_ops program (see the gearbox_bpf log for the verifier's output)",
+            ))?;
+        let link = {
+            let prog = object
+                .progs_mut()
+                .find(|p| p.name() == "gearbox_iw")
+                .ok_or_else(|| not_found("the gearbox_iw program"))?;
+            prog.attach_cgroup(cgroup.as_raw_fd())
+                .map_err(libbpf("attaching the TCP WISE sock_ops program to the cgroup"))?
+        };
+        let program = IwProgram { object, _link: link };
+        let mut cfg = Vec::with_capacity(16);
+        cfg.extend_from_slice(&netns.to_ne_bytes());
+        cfg.extend_from_slice(&u32::from(port).to_ne_bytes());
+        cfg.extend_from_slice(&1u32.to_ne_bytes());
+        program
+            .map("config")?
+            .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
+            .map_err(libbpf("configuring the TCP WISE program"))?;
+        tracing::info!(target: "gearbox_bpf", cgroup = %cgroup_path.display(), port, "TCP WISE sock_ops program attached");
+        Ok(program)
+    }
+
+    fn map(&self, name: &str) -> Result<libbpf_rs::Map<'_>, BpfError> {
+        self.object
+            .maps()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| not_found("a TCP WISE map"))
+    }
+
+    /// Makes the kernel's maps hold exactly `entries` (at most one without a prefix).
+    pub fn fill(&self, entries: &[IwEntry]) -> Result<(), BpfError> {
+        let v4 = self.map("prefixes_v4")?;
+        let v6 = self.map("prefixes_v6")?;
+        let mut keep_v4 = Vec::new();
+        let mut keep_v6 = Vec::new();
+        let mut others = encode_entry(&IwEntry {
+            prefix: None,
+            iw: [0, 0],
+            chance_alpha: 0.0,
+        });
+        for e in entries {
+            let value = encode_entry(e);
+            match e.prefix {
+                None => others = value,
+                Some((IpAddr::V4(a), len)) => {
+                    let mut key = u32::from(len).to_ne_bytes().to_vec();
+                    key.extend_from_slice(&a.octets());
+                    v4.update(&key, &value, MapFlags::ANY)
+                        .map_err(libbpf("filling the IPv4 prefixes"))?;
+                    keep_v4.push(key);
+                }
+                Some((IpAddr::V6(a), len)) => {
+                    let mut key = u32::from(len).to_ne_bytes().to_vec();
+                    key.extend_from_slice(&a.octets());
+                    v6.update(&key, &value, MapFlags::ANY)
+                        .map_err(libbpf("filling the IPv6 prefixes"))?;
+                    keep_v6.push(key);
+                }
+            }
+        }
+        for (map, keep) in [(&v4, &keep_v4), (&v6, &keep_v6)] {
+            let stale: Vec<Vec<u8>> = map.keys().filter(|k| !keep.contains(k)).collect();
+            for k in stale {
+                map.delete(&k).map_err(libbpf("removing a stale prefix"))?;
+            }
+        }
+        self.map("others")?
+            .update(&0u32.to_ne_bytes(), &others, MapFlags::ANY)
+            .map_err(libbpf("setting the others entry"))
+    }
+
+    /// The draw of the connection on `socket`, removed from the kernel's map; `None`
+    /// when the program did not act on it (no entry applies, or not the edge's).
+    pub fn take_draw(&self, socket: &impl AsFd) -> Option<IwDraw> {
+        let cookie = sockopt_u64(socket.as_fd().as_raw_fd(), SO_COOKIE).ok()?;
+        let draws = self.map("draws").ok()?;
+        let key = cookie.to_ne_bytes();
+        let raw = draws.lookup(&key, MapFlags::ANY).ok()??;
+        let _ = draws.delete(&key);
+        decode_draw(&raw)
+    }
+}
+
+fn not_found(what: &str) -> BpfError {
+    BpfError::Environment {
+        what: "finding the compiled BPF objects",
+        message: format!("{what} is missing from the embedded object"),
+    }
+}
+
+/// `struct iw_entry` of `bpf/iw.bpf.c`: alpha, beta, chance (1/1,000,000), prefixlen,
+/// addr[16], family; native byte order except the address.
+fn encode_entry(e: &IwEntry) -> Vec<u8> {
+    let chance = (e.chance_alpha.clamp(0.0, 1.0) * 1e6).round() as u32;
+    let (len, addr, family) = match e.prefix {
+        None => (0u32, [0u8; 16], 0u32),
+        Some((IpAddr::V4(a), l)) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a.octets());
+            (u32::from(l), b, AF_INET)
+        }
+        Some((IpAddr::V6(a), l)) => (u32::from(l), a.octets(), AF_INET6),
+    };
+    let mut v = Vec::with_capacity(36);
+    for x in [e.iw[0], e.iw[1], chance, len] {
+        v.extend_from_slice(&x.to_ne_bytes());
+    }
+    v.extend_from_slice(&addr);
+    v.extend_from_slice(&family.to_ne_bytes());
+    v
+}
+
+/// `struct iw_draw`: an `iw_entry` (36 bytes), the window drawn, bpf_setsockopt's result.
+fn decode_draw(raw: &[u8]) -> Option<IwDraw> {
+    let u32_at = |o: usize| raw.get(o..o + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let (alpha, beta, len, family) = (u32_at(0)?, u32_at(4)?, u32_at(12)?, u32_at(32)?);
+    let addr: [u8; 16] = raw.get(16..32)?.try_into().ok()?;
+    let prefix = match family {
+        AF_INET => Some((IpAddr::from([addr[0], addr[1], addr[2], addr[3]]), len as u8)),
+        AF_INET6 => Some((IpAddr::from(addr), len as u8)),
+        _ => None,
+    };
+    Some(IwDraw {
+        prefix,
+        iw_set: [alpha, beta],
+        iw: u32_at(36)?,
+        applied: u32_at(40)? == 0,
+    })
+}
+
+const SO_COOKIE: libc::c_int = 57;
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+fn sockopt_u64(fd: i32, opt: libc::c_int) -> std::io::Result<u64> {
+    let mut value: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: value and len are valid for the duration of the call and sized for u64.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut value as *mut u64).cast(), &mut len) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+/// This process's cgroup in the v2 hierarchy: the `0::PATH` line of
+/// `/proc/self/cgroup` under the `cgroup2` mount of `/proc/self/mountinfo`.
+fn own_cgroup2() -> Result<std::path::PathBuf, String> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let rel = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2 (no 0:: line in /proc/self/cgroup)")?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let mount = mounts
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).map(str::to_string))?
+        })
+        .ok_or("no cgroup2 file system is mounted")?;
+    Ok(std::path::Path::new(&mount).join(rel.trim_start_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_draws_have_the_c_layout() {
+        let e = IwEntry {
+            prefix: Some(("10.1.2.0".parse().unwrap(), 24)),
+            iw: [10, 20],
+            chance_alpha: 0.25,
+        };
+        let mut raw = encode_entry(&e);
+        assert_eq!(raw.len(), 36);
+        raw.extend_from_slice(&20u32.to_ne_bytes());
+        raw.extend_from_slice(&0i32.to_ne_bytes());
+        let d = decode_draw(&raw).unwrap();
+        assert_eq!(d.prefix, e.prefix);
+        assert_eq!((d.iw_set, d.iw, d.applied), ([10, 20], 20, true));
+        assert_eq!(u32::from_ne_bytes(raw[8..12].try_into().unwrap()), 250_000);
+    }
+}

@@ -1,0 +1,89 @@
+//! The TCP WISE sock_ops program sets the initial window of the edge's passive
+//! connections from its maps, per client prefix, and reports each draw under the
+//! socket's cookie. Real kernel TCP on loopback; needs root (CI runs as root).
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+
+use gearbox_bpf::iw::{IwEntry, IwProgram};
+
+/// The sender's congestion window, packets (TCP_INFO).
+fn snd_cwnd(s: &TcpStream) -> u32 {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+        info.tcpi_snd_cwnd
+    }
+}
+
+#[test]
+fn passive_connections_get_the_initial_window_of_their_prefix() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let program = IwProgram::attach(&listener, port).expect("attaching the sock_ops program (needs root)");
+
+    // No entry yet: the kernel's default window, no draw.
+    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (s, _) = listener.accept().unwrap();
+    assert!(program.take_draw(&s).is_none());
+    assert_eq!(snd_cwnd(&s), 10);
+
+    // The /8 and a longer /24 for 127.0.0.0: the longer one applies to 127.0.0.1.
+    program
+        .fill(&[
+            IwEntry {
+                prefix: Some(("127.0.0.0".parse().unwrap(), 8)),
+                iw: [5, 5],
+                chance_alpha: 0.5,
+            },
+            IwEntry {
+                prefix: Some(("127.0.0.0".parse().unwrap(), 24)),
+                iw: [40, 60],
+                chance_alpha: 1.0,
+            },
+        ])
+        .unwrap();
+    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (s, _) = listener.accept().unwrap();
+    let d = program.take_draw(&s).expect("a draw for the connection");
+    assert_eq!(d.prefix, Some(("127.0.0.0".parse().unwrap(), 24)));
+    assert_eq!((d.iw_set, d.iw, d.applied), ([40, 60], 40, true));
+    assert_eq!(snd_cwnd(&s), 40, "TCP_BPF_IW applied before any data");
+    // The draw is taken once.
+    assert!(program.take_draw(&s).is_none());
+
+    // Both windows are drawn at chance 0.5.
+    program
+        .fill(&[IwEntry {
+            prefix: None,
+            iw: [20, 30],
+            chance_alpha: 0.5,
+        }])
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s, _) = listener.accept().unwrap();
+        let d = program.take_draw(&s).expect("the others entry applies");
+        assert_eq!(d.prefix, None, "the /8 and /24 were removed by the refill");
+        assert_eq!(snd_cwnd(&s), d.iw);
+        seen.insert(d.iw);
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), [20, 30]);
+
+    // Another port is not the edge's: untouched.
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _c = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    let (s, _) = other.accept().unwrap();
+    assert!(program.take_draw(&s).is_none());
+    assert_eq!(snd_cwnd(&s), 10);
+}

@@ -1,0 +1,152 @@
+//! TCP WISE on the edge (TCP WISE §IV-A, Connection Manager): the Cwnd Table given as
+//! `--cwnd-table FILE`, reloaded when the file changes, applied to QUIC connections by
+//! the initial-window gear at accept and to TCP connections by the kernel's `sock_ops`
+//! program (`gearbox-bpf`), whose draw the edge reads back for each connection's
+//! records.
+//!
+//! A reload is atomic: a file that fails to parse or validate keeps the last good table
+//! and the log says why (file, line, field). The kernel's maps hold the table as it
+//! stands in the current hour; they are refilled on reload and when the hour turns.
+//! Without root or BPF the edge says so at start and TCP connections keep the kernel's
+//! default window (QUIC still follows the table).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use gearbox_bpf::iw::{IwEntry, IwProgram};
+use gearbox_gear_api::{ClientCluster, IwChoice};
+use gearbox_gears::tcpwise::{CwndTable, Prefix, SharedTable, TableError};
+
+/// How often the table file is checked for changes.
+const RELOAD_POLL: Duration = Duration::from_secs(1);
+
+/// The table and the kernel program of one edge.
+pub struct TcpWise {
+    path: PathBuf,
+    table: SharedTable,
+    kernel: Option<IwProgram>,
+}
+
+impl std::fmt::Debug for TcpWise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpWise")
+            .field("path", &self.path)
+            .field("kernel", &self.kernel.is_some())
+            .finish()
+    }
+}
+
+fn hour_now() -> u8 {
+    let ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    ClientCluster::of(std::net::Ipv4Addr::UNSPECIFIED.into(), ms).hour
+}
+
+impl TcpWise {
+    /// Loads the table (an error names the file, line and field) and attaches the
+    /// kernel program to the edge's TCP `listener` (a failure is logged: TCP keeps the
+    /// kernel's default window).
+    pub fn start(path: PathBuf, listener: &tokio::net::TcpListener) -> Result<Arc<TcpWise>, TableError> {
+        let table = CwndTable::load(&path)?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let kernel = match IwProgram::attach(listener, port) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "TCP WISE: the kernel's initial-window program could not be attached; TCP connections keep the kernel's default initial window (QUIC follows the table)"
+                );
+                None
+            }
+        };
+        let me = Arc::new(TcpWise {
+            path,
+            table: SharedTable::new(table),
+            kernel,
+        });
+        me.fill_kernel(hour_now());
+        tracing::info!(table = %me.path.display(), version = me.table.get().version, "TCP WISE Cwnd Table loaded");
+        Ok(me)
+    }
+
+    /// The table the QUIC gear draws from.
+    pub fn table(&self) -> SharedTable {
+        self.table.clone()
+    }
+
+    fn fill_kernel(&self, hour: u8) {
+        let Some(kernel) = &self.kernel else { return };
+        let entries: Vec<IwEntry> = self
+            .table
+            .get()
+            .for_hour(hour)
+            .into_iter()
+            .map(|v| IwEntry {
+                prefix: match v.prefix {
+                    Prefix::Net(ip, len) => Some((ip, len)),
+                    Prefix::Others => None,
+                },
+                iw: v.iw,
+                chance_alpha: v.chance_alpha,
+            })
+            .collect();
+        if let Err(e) = kernel.fill(&entries) {
+            tracing::warn!(error = %e, "TCP WISE: cannot update the kernel's table");
+        }
+    }
+
+    /// The initial window the kernel drew for the TCP connection on `socket`.
+    pub fn tcp_draw(&self, socket: &socket2::SockRef<'_>, hour: u8) -> Option<IwChoice> {
+        let d = self.kernel.as_ref()?.take_draw(&**socket)?;
+        if !d.applied {
+            tracing::warn!(iw = d.iw, "TCP WISE: the kernel refused TCP_BPF_IW for a connection");
+            return None;
+        }
+        Some(IwChoice {
+            cluster: Some(d.prefix.map_or("others".to_string(), |(ip, len)| format!("{ip}/{len}"))),
+            hour: Some(hour),
+            iw_set: Some(d.iw_set),
+            iw: d.iw,
+            source: "kernel".into(),
+        })
+    }
+
+    /// Watches the file and the clock until the edge drops its `TcpWise`.
+    pub fn spawn_reloader(me: &Arc<TcpWise>) {
+        let weak: Weak<TcpWise> = Arc::downgrade(me);
+        let mut stamp = file_stamp(&me.path);
+        let mut hour = hour_now();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RELOAD_POLL).await;
+                let Some(me) = weak.upgrade() else { break };
+                let now_stamp = file_stamp(&me.path);
+                let now_hour = hour_now();
+                if now_stamp != stamp {
+                    stamp = now_stamp;
+                    match CwndTable::load(&me.path) {
+                        Ok(t) => {
+                            tracing::info!(version = t.version, "TCP WISE Cwnd Table reloaded");
+                            me.table.set(t);
+                            me.fill_kernel(now_hour);
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, kept = me.table.get().version, "TCP WISE: new Cwnd Table refused; keeping the last good one");
+                        }
+                    }
+                } else if now_hour != hour {
+                    me.fill_kernel(now_hour);
+                }
+                hour = now_hour;
+            }
+        });
+    }
+}
+
+/// What tells a changed file: modification time and length.
+fn file_stamp(path: &std::path::Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}

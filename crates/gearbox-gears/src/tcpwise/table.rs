@@ -1,0 +1,382 @@
+//! The Cwnd Table file (docs/tcpwise.md): parsing, validation and lookup.
+//!
+//! Prefixes are matched by hand (mask and compare, longest first) rather than with an
+//! IP-prefix crate: the table holds at most a few thousand entries, the edge looks one
+//! up per connection, and the kernel side does its own match in a BPF LPM trie; two
+//! dozen lines do not justify a dependency.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The smallest initial window a table may set (TCP WISE §IV-C: IW ≥ 3).
+pub const MIN_IW: u32 = 3;
+/// The largest `cap` a table may declare, packets.
+pub const MAX_CAP: u32 = 1000;
+
+/// A client address prefix, or `others` (every client no prefix matches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prefix {
+    /// An address and the number of leading bits that must match.
+    Net(IpAddr, u8),
+    /// The pool of every other client.
+    Others,
+}
+
+impl Prefix {
+    /// Parses `a.b.c.d/len`, `x:y::/len` (a bare address is a full-length prefix) or
+    /// `others`. Host bits below the length are cleared.
+    pub fn parse(s: &str) -> Result<Prefix, String> {
+        if s == "others" {
+            return Ok(Prefix::Others);
+        }
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let ip: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP prefix (a.b.c.0/24, x:y:z::/48 or \"others\")"))?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|&l| l <= max)
+                .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?,
+            None => max,
+        };
+        Ok(Prefix::Net(mask(ip, len), len))
+    }
+
+    /// Whether `ip` is inside this prefix (`others` contains nothing by itself).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match *self {
+            Prefix::Net(net, len) => same_family(net, ip).is_some_and(|ip| mask(ip, len) == net),
+            Prefix::Others => false,
+        }
+    }
+
+    /// Prefix length in bits (0 for `others`, which only matches when nothing else does).
+    pub fn bits(&self) -> u8 {
+        match *self {
+            Prefix::Net(_, l) => l,
+            Prefix::Others => 0,
+        }
+    }
+
+    /// Whether this is the `others` pool.
+    pub fn is_others(&self) -> bool {
+        *self == Prefix::Others
+    }
+}
+
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prefix::Net(ip, len) => write!(f, "{ip}/{len}"),
+            Prefix::Others => f.write_str("others"),
+        }
+    }
+}
+
+/// `ip` in the family of `net` (an IPv4-mapped IPv6 client matches IPv4 prefixes).
+fn same_family(net: IpAddr, ip: IpAddr) -> Option<IpAddr> {
+    match (net, ip) {
+        (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => Some(ip),
+        (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(IpAddr::V4),
+        (IpAddr::V6(_), IpAddr::V4(_)) => None,
+    }
+}
+
+fn mask(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+            IpAddr::V4((bits & m).into())
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
+            IpAddr::V6((bits & m).into())
+        }
+    }
+}
+
+/// One `[[cluster]]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Which clients.
+    pub prefix: Prefix,
+    /// For which hour of day (UTC); `None`: every hour without an entry of its own.
+    pub hour: Option<u8>,
+    /// α and β, packets.
+    pub iw: [u32; 2],
+    /// Probability a connection draws α.
+    pub chance_alpha: f64,
+    /// The learner's current best, if it wrote one.
+    pub best: Option<u32>,
+    /// The learner's words on the last change.
+    pub reason: Option<String>,
+}
+
+/// A validated Cwnd Table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CwndTable {
+    /// Increases with every table the learner writes.
+    pub version: u64,
+    /// Largest IW allowed in the table, packets.
+    pub cap: u32,
+    /// Entries, longest prefix first (then hour-specific before hourless).
+    entries: Vec<Entry>,
+}
+
+/// What a client gets in a given hour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View {
+    /// The entry's prefix that matched (`Others` when none did).
+    pub prefix: Prefix,
+    /// α and β.
+    pub iw: [u32; 2],
+    /// Probability of α.
+    pub chance_alpha: f64,
+}
+
+/// A table file that cannot be used; the message names the file, line and field.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct TableError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong and where.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    version: u64,
+    cap: u32,
+    #[serde(default)]
+    #[allow(dead_code)]
+    created_unix_ms: Option<f64>,
+    #[serde(default)]
+    cluster: Vec<toml::Spanned<RawEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    prefix: String,
+    hour: Option<u8>,
+    iw: [u32; 2],
+    chance_alpha: Option<f64>,
+    best: Option<u32>,
+    reason: Option<String>,
+}
+
+impl CwndTable {
+    /// Reads and validates a table file.
+    pub fn load(path: &Path) -> Result<CwndTable, TableError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TableError {
+            path: path.to_path_buf(),
+            message: format!("cannot read: {e}"),
+        })?;
+        CwndTable::parse(&text).map_err(|message| TableError {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses and validates a table's text; the error names the line and field.
+    pub fn parse(text: &str) -> Result<CwndTable, String> {
+        let raw: RawTable = toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))?;
+        if raw.cap < MIN_IW || raw.cap > MAX_CAP {
+            return Err(format!("cap: must be in [{MIN_IW}, {MAX_CAP}], got {}", raw.cap));
+        }
+        let mut entries: Vec<Entry> = Vec::with_capacity(raw.cluster.len());
+        for (i, spanned) in raw.cluster.iter().enumerate() {
+            let line = 1 + text[..spanned.span().start.min(text.len())].matches('\n').count();
+            let at = |field: &str, msg: String| format!("line {line}: cluster[{i}].{field}: {msg}");
+            let e = spanned.get_ref();
+            let prefix = Prefix::parse(&e.prefix).map_err(|m| at("prefix", m))?;
+            if let Some(h) = e.hour.filter(|&h| h > 23) {
+                return Err(at("hour", format!("must be 0..=23, got {h}")));
+            }
+            for (k, &w) in e.iw.iter().enumerate() {
+                if w < MIN_IW || w > raw.cap {
+                    return Err(at(
+                        &format!("iw[{k}]"),
+                        format!("must be in [{MIN_IW}, cap = {}], got {w}", raw.cap),
+                    ));
+                }
+            }
+            let chance_alpha = e.chance_alpha.unwrap_or(0.5);
+            if !(0.0..=1.0).contains(&chance_alpha) {
+                return Err(at("chance_alpha", format!("must be in [0, 1], got {chance_alpha}")));
+            }
+            if entries.iter().any(|o| o.prefix == prefix && o.hour == e.hour) {
+                return Err(at(
+                    "prefix",
+                    format!(
+                        "a second entry for {prefix}{}",
+                        e.hour.map_or(String::new(), |h| format!(" at hour {h}"))
+                    ),
+                ));
+            }
+            entries.push(Entry {
+                prefix,
+                hour: e.hour,
+                iw: e.iw,
+                chance_alpha,
+                best: e.best,
+                reason: e.reason.clone(),
+            });
+        }
+        entries.sort_by(|a, b| {
+            b.prefix
+                .bits()
+                .cmp(&a.prefix.bits())
+                .then(a.prefix.is_others().cmp(&b.prefix.is_others()))
+                .then(b.hour.is_some().cmp(&a.hour.is_some()))
+        });
+        Ok(CwndTable {
+            version: raw.version,
+            cap: raw.cap,
+            entries,
+        })
+    }
+
+    /// Every entry, longest prefix first.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entry a client at `ip` gets in `hour`: the longest prefix that contains it
+    /// and has an entry for that hour or for every hour (the hour's own first), else
+    /// `others`; `None` when nothing applies (the stack's default window).
+    pub fn lookup(&self, ip: IpAddr, hour: u8) -> Option<View> {
+        let fits = |e: &&Entry| e.hour.is_none_or(|h| h == hour);
+        self.entries
+            .iter()
+            .filter(fits)
+            .find(|e| e.prefix.contains(ip))
+            .or_else(|| self.entries.iter().filter(fits).find(|e| e.prefix.is_others()))
+            .map(|e| View {
+                prefix: e.prefix,
+                iw: e.iw,
+                chance_alpha: e.chance_alpha,
+            })
+    }
+
+    /// The table as it stands in `hour`: for every prefix, the entry that applies then
+    /// (what the kernel's map holds for that hour).
+    pub fn for_hour(&self, hour: u8) -> Vec<View> {
+        let mut out: Vec<View> = Vec::new();
+        for e in self.entries.iter().filter(|e| e.hour.is_none_or(|h| h == hour)) {
+            // Entries are sorted hour-specific first within a prefix: keep the first.
+            if !out.iter().any(|v| v.prefix == e.prefix) {
+                out.push(View {
+                    prefix: e.prefix,
+                    iw: e.iw,
+                    chance_alpha: e.chance_alpha,
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = r#"
+version = 3
+cap = 100
+
+[[cluster]]
+prefix = "10.1.0.0/16"
+iw = [10, 15]
+
+[[cluster]]
+prefix = "10.1.2.0/24"
+iw = [20, 25]
+chance_alpha = 0.25
+
+[[cluster]]
+prefix = "10.1.2.0/24"
+hour = 13
+iw = [30, 35]
+
+[[cluster]]
+prefix = "others"
+iw = [10, 10]
+
+[[cluster]]
+prefix = "2001:db8:1::/48"
+iw = [40, 45]
+"#;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_longest_prefix_and_the_hours_own_entry_win() {
+        let t = CwndTable::parse(TABLE).unwrap();
+        assert_eq!(t.version, 3);
+        let v = t.lookup(ip("10.1.2.7"), 5).unwrap();
+        assert_eq!(
+            (v.prefix.to_string(), v.iw, v.chance_alpha),
+            ("10.1.2.0/24".into(), [20, 25], 0.25)
+        );
+        assert_eq!(t.lookup(ip("10.1.2.7"), 13).unwrap().iw, [30, 35]);
+        assert_eq!(t.lookup(ip("10.1.9.7"), 13).unwrap().iw, [10, 15]);
+        let o = t.lookup(ip("192.0.2.1"), 13).unwrap();
+        assert_eq!((o.prefix, o.iw), (Prefix::Others, [10, 10]));
+        assert_eq!(t.lookup(ip("2001:db8:1:5::1"), 0).unwrap().iw, [40, 45]);
+        // An IPv4-mapped IPv6 client matches IPv4 prefixes.
+        assert_eq!(t.lookup(ip("::ffff:10.1.2.7"), 5).unwrap().iw, [20, 25]);
+        let hour13: Vec<_> = t.for_hour(13).iter().map(|v| (v.prefix.to_string(), v.iw)).collect();
+        assert!(hour13.contains(&("10.1.2.0/24".into(), [30, 35])));
+        assert_eq!(hour13.len(), 4, "{hour13:?}");
+    }
+
+    #[test]
+    fn no_entry_and_no_others_leaves_the_default() {
+        let t = CwndTable::parse("version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [5, 6]\n").unwrap();
+        assert_eq!(t.lookup(ip("192.0.2.1"), 0), None);
+    }
+
+    #[test]
+    fn bad_tables_name_the_line_and_field() {
+        let bad = |text: &str| CwndTable::parse(text).unwrap_err();
+        let e = bad("version = 1\ncap = 50\n\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [2, 6]\n");
+        assert!(e.contains("line 4: cluster[0].iw[0]") && e.contains("got 2"), "{e}");
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [5, 60]\n");
+        assert!(e.contains("cluster[0].iw[1]") && e.contains("cap = 50"), "{e}");
+        let e = bad("version = 1\ncap = 5000\n");
+        assert!(e.starts_with("cap:"), "{e}");
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/33\"\niw = [5, 6]\n");
+        assert!(e.contains("cluster[0].prefix"), "{e}");
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [5, 6]\nchance_alpha = 2.0\n");
+        assert!(e.contains("cluster[0].chance_alpha"), "{e}");
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/8\"\nhour = 24\niw = [5, 6]\n");
+        assert!(e.contains("cluster[0].hour"), "{e}");
+        let dup = "version = 1\ncap = 50\n[[cluster]]\nprefix = \"10.0.0.0/8\"\niw = [5, 6]\n[[cluster]]\nprefix = \"10.0.0.1/8\"\niw = [5, 6]\n";
+        assert!(
+            bad(dup).contains("line 6: cluster[1].prefix: a second entry for 10.0.0.0/8"),
+            "{}",
+            bad(dup)
+        );
+        let e = bad("version = 1\ncap = 50\nwindow = 3\n");
+        assert!(e.contains("window"), "{e}");
+    }
+}
