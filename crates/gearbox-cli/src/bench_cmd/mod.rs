@@ -21,6 +21,7 @@ mod peers;
 mod proc_stats;
 mod process;
 mod report;
+mod sim;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -49,6 +50,8 @@ pub enum Bench {
     /// Switchable, cost per switch, and the edge's CPU for one emulated transfer with
     /// Switchable against quinn's built-in Cubic (docs/cc.md).
     Cc(cc::CcBenchArgs),
+    /// The simulator: simulated seconds and packets per wall second (docs/sim.md).
+    Sim(sim::SimBenchArgs),
 }
 
 /// Arguments of `gearbox bench edge`.
@@ -82,6 +85,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.bench {
         Bench::Edge(e) => edge(e),
         Bench::Cc(c) => cc::run(c),
+        Bench::Sim(s) => sim::run(s),
     }
 }
 

@@ -1,0 +1,53 @@
+//! `gearbox bench sim`: how fast the simulator runs (docs/sim.md "Speed"): simulated
+//! seconds per wall second and packets per wall second, for a 10 Mbit/s path with the
+//! `app` workload and a 100 Mbit/s bulk transfer. Not a test: it prints figures.
+
+use std::path::Path;
+use std::time::Instant;
+
+use gearbox_sim::SimConfig;
+
+/// Arguments of `gearbox bench sim`.
+#[derive(clap::Args, Debug)]
+pub struct SimBenchArgs {
+    /// Repeats of every case; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+}
+
+/// Runs the cases and prints a table.
+pub fn run(a: SimBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.repeats > 0, "--repeats must be at least 1");
+    let cases = [
+        (
+            "10 Mbit/s, 40 ms, app, 120 s",
+            "seed = 1\nduration_s = 120.0\nworkload = \"app\"\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
+        (
+            "10 Mbit/s, 40 ms, bulk 50 MB",
+            "seed = 1\nduration_s = 1.0\ntime_limit_s = 600.0\nworkload = \"bulk\"\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
+        (
+            "100 Mbit/s, 20 ms, bulk 50 MB",
+            "seed = 1\nduration_s = 1.0\ntime_limit_s = 600.0\nworkload = \"bulk\"\n[down]\nrate_bps = 100000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
+    ];
+    println!("| case | simulated s | wall s | x real time | packets/s (wall) |\n|---|---:|---:|---:|---:|");
+    for (name, text) in cases {
+        let config = SimConfig::parse(text, Path::new(name))?;
+        let mut runs = Vec::new();
+        for _ in 0..a.repeats {
+            let t = Instant::now();
+            let out = gearbox_sim::run(&config)?;
+            runs.push((t.elapsed().as_secs_f64(), out.simulated.as_secs_f64(), out.packets));
+        }
+        runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let (wall, sim, packets) = runs[runs.len() / 2];
+        println!(
+            "| {name} | {sim:.1} | {wall:.3} | {:.0} | {:.0} |",
+            sim / wall,
+            packets as f64 / wall
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `gearbox sim`: the virtual-time simulator (crates/gearbox-sim, docs/sim.md).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use gearbox_sim::SimConfig;
+
+/// `gearbox sim` arguments.
+#[derive(clap::Args, Debug)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub what: SimCommand,
+}
+
+/// What to simulate.
+#[derive(clap::Subcommand, Debug)]
+pub enum SimCommand {
+    /// Run one simulation from a config file (docs/sim.md) and write its client
+    /// records (JSON lines, `source = "sim"`).
+    Exec(ExecArgs),
+}
+
+/// `gearbox sim exec` arguments.
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    /// Simulation config (TOML): seed, duration_s, cc, initial_window, workload, [down], [up].
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Where the records go (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `gearbox sim ...`.
+pub fn run(a: SimArgs) -> anyhow::Result<()> {
+    match a.what {
+        SimCommand::Exec(e) => exec(e),
+    }
+}
+
+fn exec(a: ExecArgs) -> anyhow::Result<()> {
+    let config = SimConfig::load(&a.config)?;
+    let wall = std::time::Instant::now();
+    let out = gearbox_sim::run(&config)?;
+    let wall = wall.elapsed();
+    let mut text = out.records.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    match &a.out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        None => std::io::stdout().write_all(text.as_bytes())?,
+    }
+    eprintln!(
+        "gearbox sim: {} of {} requests done in {:.1} simulated s ({:.2} s wall, {:.0}x real time, {} packets){}",
+        out.completed,
+        out.requests,
+        out.simulated.as_secs_f64(),
+        wall.as_secs_f64(),
+        out.simulated.as_secs_f64() / wall.as_secs_f64().max(1e-9),
+        out.packets,
+        if out.timed_out {
+            format!(
+                "; stopped at the virtual-time limit ({} s, `time_limit_s`) with requests unfinished",
+                config.time_limit_s()
+            )
+        } else {
+            String::new()
+        }
+    );
+    if out.timed_out {
+        anyhow::bail!("the run hit its virtual-time limit");
+    }
+    Ok(())
+}

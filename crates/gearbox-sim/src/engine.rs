@@ -1,0 +1,687 @@
+//! The discrete-event loop: two quinn-proto endpoints, two links, one workload.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gearbox_gear_api::{ClientRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
+use gearbox_link::Link;
+use gearbox_workload::{Limit, Request, WorkloadSpec};
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig, Event, ServerConfig,
+    StreamEvent, StreamId, TransportConfig, WriteError,
+};
+
+use crate::packet;
+use crate::SimConfig;
+
+/// Why a simulation cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The config file is wrong; the message names the field.
+    #[error("{file}: {message}")]
+    Config {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Setting up the endpoints failed (certificate, TLS, QUIC config).
+    #[error("simulator set-up: {0}")]
+    Setup(String),
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct SimOutcome {
+    /// One JSON line per request (client records with `source = "sim"`), in completion
+    /// order.
+    pub records: Vec<String>,
+    /// Requests the workload asked for.
+    pub requests: usize,
+    /// Requests that completed.
+    pub completed: usize,
+    /// Simulated time the run covered.
+    pub simulated: Duration,
+    /// Packets the two links carried (delivered).
+    pub packets: u64,
+    /// Set when the run hit its virtual-time limit with requests unfinished.
+    pub timed_out: bool,
+}
+
+const SERVER: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 4433);
+const CLIENT_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 0, 2);
+const SERVER_NAME: &str = "sim.gearbox.invalid";
+const ALPN: &[u8] = b"gearbox-sim";
+
+/// One request in flight or done, on the client.
+struct Pending {
+    req: Request,
+    conn: usize,
+    stream: Option<StreamId>,
+    written: u64,
+    sent_at: Option<Duration>,
+    first_byte_at: Option<Duration>,
+    received: u64,
+    new_connection: bool,
+}
+
+/// A client connection and what it knows about its handshake.
+struct ClientConn {
+    handle: ConnectionHandle,
+    conn: Connection,
+    started: Duration,
+    connected: Option<Duration>,
+    /// Requests waiting for a stream.
+    waiting: VecDeque<usize>,
+    local: SocketAddrV4,
+}
+
+/// A server-side response being written.
+struct Response {
+    remaining: u64,
+    header: Vec<u8>,
+    finished_reading: bool,
+}
+
+struct ServerConn {
+    conn: Connection,
+    /// Per stream: bytes of the request read so far (the first 8 say the response size).
+    streams: BTreeMap<StreamId, Response>,
+}
+
+fn setup_error(e: impl std::fmt::Display) -> SimError {
+    SimError::Setup(e.to_string())
+}
+
+/// Server and client QUIC configs: a fresh Ed25519 certificate (fixed-size signatures,
+/// so every run's handshake has the same packet sizes), the run's controller and
+/// initial window on both ends.
+fn quic_configs(config: &SimConfig) -> Result<(ServerConfig, ClientConfig), SimError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(setup_error)?;
+    let cert = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()])
+        .and_then(|p| p.self_signed(&key))
+        .map_err(setup_error)?;
+    let cert_der = cert.der().clone();
+    let key_der = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+
+    let mut server_tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(setup_error)?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der.clone()], key_der)
+        .map_err(setup_error)?;
+    server_tls.alpn_protocols = vec![ALPN.to_vec()];
+    server_tls.max_early_data_size = 0;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert_der).map_err(setup_error)?;
+    let mut client_tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(setup_error)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client_tls.alpn_protocols = vec![ALPN.to_vec()];
+
+    let cc = config.quic_cc().map_err(setup_error)?;
+    let transport = |factory| {
+        let mut t = TransportConfig::default();
+        t.congestion_controller_factory(factory)
+            .max_concurrent_bidi_streams(1024u32.into());
+        Arc::new(t)
+    };
+    let server_crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?;
+    let mut server = ServerConfig::with_crypto(Arc::new(server_crypto));
+    server.transport_config(transport(cc.factory(config.initial_window).map_err(setup_error)?));
+    let client_crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?;
+    let mut client = ClientConfig::new(Arc::new(client_crypto));
+    client.transport_config(transport(cc.factory(None).map_err(setup_error)?));
+    Ok((server, client))
+}
+
+fn seed_bytes(seed: u64, salt: u8) -> [u8; 32] {
+    let mut s = [salt; 32];
+    s[..8].copy_from_slice(&seed.to_le_bytes());
+    s
+}
+
+/// The simulator's state.
+struct Sim {
+    base: Instant,
+    now: Duration,
+    down: Link<Bytes>,
+    up: Link<Bytes>,
+    client: Endpoint,
+    server: Endpoint,
+    client_config: ClientConfig,
+    clients: Vec<ClientConn>,
+    by_handle: HashMap<ConnectionHandle, usize>,
+    servers: HashMap<ConnectionHandle, ServerConn>,
+    pending: Vec<Pending>,
+    next_request: usize,
+    records: Vec<String>,
+    completed: usize,
+    cc_name: String,
+    buf: Vec<u8>,
+}
+
+/// Runs one simulation to its end (every request done, or the virtual-time limit).
+pub fn run(config: &SimConfig) -> Result<SimOutcome, SimError> {
+    let workload = WorkloadSpec::load(&config.workload).map_err(|e| SimError::Config {
+        file: PathBuf::from(&config.workload),
+        message: format!("workload: {e}"),
+    })?;
+    let requests = workload.generate(config.seed, Limit::DurationMs(config.duration_s * 1e3));
+    let link = |c: &gearbox_link::LinkConfig, salt: u64| {
+        Link::new(c.clone(), config.seed.wrapping_mul(0x9e37_79b9).wrapping_add(salt)).map_err(setup_error)
+    };
+    let down = link(&config.down, 1)?;
+    let up = link(config.up.as_ref().unwrap_or(&config.down), 2)?;
+    let (server_config, client_config) = quic_configs(config)?;
+    let endpoint_config = Arc::new(EndpointConfig::default());
+    let mut sim = Sim {
+        base: Instant::now(),
+        now: Duration::ZERO,
+        down,
+        up,
+        client: Endpoint::new(endpoint_config.clone(), None, false, Some(seed_bytes(config.seed, 3))),
+        server: Endpoint::new(
+            endpoint_config,
+            Some(Arc::new(server_config)),
+            false,
+            Some(seed_bytes(config.seed, 4)),
+        ),
+        client_config,
+        clients: Vec::new(),
+        by_handle: HashMap::new(),
+        servers: HashMap::new(),
+        pending: requests
+            .into_iter()
+            .map(|req| Pending {
+                req,
+                conn: 0,
+                stream: None,
+                written: 0,
+                sent_at: None,
+                first_byte_at: None,
+                received: 0,
+                new_connection: false,
+            })
+            .collect(),
+        next_request: 0,
+        records: Vec::new(),
+        completed: 0,
+        cc_name: config.cc.clone(),
+        buf: Vec::with_capacity(64 * 1024),
+    };
+    let limit = Duration::from_secs_f64(config.time_limit_s());
+    let timed_out = sim.run_until(limit)?;
+    let stats = (sim.down.stats().delivered_packets, sim.up.stats().delivered_packets);
+    Ok(SimOutcome {
+        requests: sim.pending.len(),
+        completed: sim.completed,
+        records: sim.records,
+        simulated: sim.now,
+        packets: stats.0 + stats.1,
+        timed_out,
+    })
+}
+
+impl Sim {
+    fn instant(&self) -> Instant {
+        self.base + self.now
+    }
+
+    /// Returns whether the limit cut the run short.
+    fn run_until(&mut self, limit: Duration) -> Result<bool, SimError> {
+        loop {
+            self.settle()?;
+            if self.completed == self.pending.len() {
+                return Ok(false);
+            }
+            let next = self.next_event();
+            let Some(next) = next else {
+                return Ok(self.completed < self.pending.len());
+            };
+            if next > limit {
+                self.now = limit;
+                return Ok(true);
+            }
+            // A due event that produced nothing (a link departure) must not spin.
+            self.now = next.max(self.now + Duration::from_nanos(1)).min(limit.max(self.now));
+        }
+    }
+
+    /// When something next happens.
+    fn next_event(&mut self) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut take = |t: Option<Duration>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Duration| n.min(t)));
+            }
+        };
+        take(self.down.next_wakeup());
+        take(self.up.next_wakeup());
+        if let Some(p) = self.pending.get(self.next_request) {
+            take(Some(Duration::from_secs_f64(p.req.send_at_ms / 1e3)));
+        }
+        let base = self.base;
+        let since = |i: Instant| i.saturating_duration_since(base);
+        for c in &mut self.clients {
+            take(c.conn.poll_timeout().map(since));
+        }
+        for s in self.servers.values_mut() {
+            take(s.conn.poll_timeout().map(since));
+        }
+        next
+    }
+
+    /// Handles everything due at `now` until nothing more happens.
+    fn settle(&mut self) -> Result<(), SimError> {
+        loop {
+            let mut progress = self.start_due_requests()?;
+            progress |= self.drive_connections();
+            progress |= self.deliver();
+            if !progress {
+                return Ok(());
+            }
+        }
+    }
+
+    fn start_due_requests(&mut self) -> Result<bool, SimError> {
+        let mut progress = false;
+        while let Some(p) = self.pending.get(self.next_request) {
+            if Duration::from_secs_f64(p.req.send_at_ms / 1e3) > self.now {
+                break;
+            }
+            let i = self.next_request;
+            self.next_request += 1;
+            progress = true;
+            if self.clients.is_empty() || self.pending[i].req.new_connection {
+                self.connect()?;
+                self.pending[i].new_connection = true;
+            }
+            let c = self.clients.len() - 1;
+            self.pending[i].conn = c;
+            self.clients[c].waiting.push_back(i);
+        }
+        Ok(progress)
+    }
+
+    fn connect(&mut self) -> Result<(), SimError> {
+        let local = SocketAddrV4::new(CLIENT_IP, 50000 + self.clients.len() as u16);
+        let (handle, conn) = self
+            .client
+            .connect(self.instant(), self.client_config.clone(), SERVER.into(), SERVER_NAME)
+            .map_err(setup_error)?;
+        self.by_handle.insert(handle, self.clients.len());
+        self.clients.push(ClientConn {
+            handle,
+            conn,
+            started: self.now,
+            connected: None,
+            waiting: VecDeque::new(),
+            local,
+        });
+        Ok(())
+    }
+
+    /// Timers, endpoint events, application events and transmits of every connection.
+    fn drive_connections(&mut self) -> bool {
+        let now = self.instant();
+        let mut progress = false;
+        for ci in 0..self.clients.len() {
+            let c = &mut self.clients[ci];
+            if c.conn.poll_timeout().is_some_and(|t| t <= now) {
+                c.conn.handle_timeout(now);
+                progress = true;
+            }
+            while let Some(ev) = c.conn.poll_endpoint_events() {
+                if let Some(back) = self.client.handle_event(c.handle, ev) {
+                    c.conn.handle_event(back);
+                }
+            }
+            while let Some(ev) = c.conn.poll() {
+                progress = true;
+                match ev {
+                    Event::Connected => c.connected = Some(self.now),
+                    Event::Stream(StreamEvent::Readable { id }) => {
+                        read_response(&mut self.pending, c, id, self.now);
+                    }
+                    _ => {}
+                }
+            }
+            progress |= self.client_streams(ci);
+            let c = &mut self.clients[ci];
+            let src = c.local;
+            loop {
+                self.buf.clear();
+                let Some(t) = c.conn.poll_transmit(now, 16, &mut self.buf) else {
+                    break;
+                };
+                progress = true;
+                send(&mut self.up, self.now, src, &t, &self.buf);
+            }
+        }
+        let handles: Vec<ConnectionHandle> = self.servers.keys().copied().collect();
+        for h in handles {
+            let Some(s) = self.servers.get_mut(&h) else { continue };
+            if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                s.conn.handle_timeout(now);
+                progress = true;
+            }
+            while let Some(ev) = s.conn.poll_endpoint_events() {
+                if let Some(back) = self.server.handle_event(h, ev) {
+                    s.conn.handle_event(back);
+                }
+            }
+            while let Some(ev) = s.conn.poll() {
+                progress = true;
+                if let Event::Stream(StreamEvent::Readable { id }) = ev {
+                    serve_read(s, id);
+                }
+            }
+            while let Some(id) = s.conn.streams().accept(Dir::Bi) {
+                progress = true;
+                s.streams.insert(
+                    id,
+                    Response {
+                        remaining: 0,
+                        header: Vec::new(),
+                        finished_reading: false,
+                    },
+                );
+                serve_read(s, id);
+            }
+            progress |= serve_write(s);
+            loop {
+                self.buf.clear();
+                let Some(t) = s.conn.poll_transmit(now, 16, &mut self.buf) else {
+                    break;
+                };
+                progress = true;
+                let dst = match t.destination {
+                    SocketAddr::V4(a) => a,
+                    SocketAddr::V6(_) => continue,
+                };
+                send_to(&mut self.down, self.now, SERVER, dst, &t, &self.buf);
+            }
+            if s.conn.is_drained() {
+                self.servers.remove(&h);
+            }
+        }
+        progress
+    }
+
+    /// Opens streams for waiting requests and writes their request bytes.
+    fn client_streams(&mut self, ci: usize) -> bool {
+        let mut progress = false;
+        let c = &mut self.clients[ci];
+        while let Some(&i) = c.waiting.front() {
+            let Some(id) = c.conn.streams().open(Dir::Bi) else {
+                break;
+            };
+            c.waiting.pop_front();
+            self.pending[i].stream = Some(id);
+            self.pending[i].sent_at.get_or_insert(self.now);
+            progress = true;
+        }
+        for p in self.pending.iter_mut().filter(|p| p.conn == ci && p.stream.is_some()) {
+            let want = p.req.request_bytes.max(8);
+            if p.written >= want {
+                continue;
+            }
+            let id = p.stream.expect("filtered");
+            let mut req = vec![0u8; (want - p.written) as usize];
+            if p.written == 0 {
+                req[..8].copy_from_slice(&p.req.response_bytes.to_be_bytes());
+            }
+            match c.conn.send_stream(id).write(&req) {
+                Ok(n) => {
+                    p.written += n as u64;
+                    progress |= n > 0;
+                    if p.written >= want {
+                        let _ = c.conn.send_stream(id).finish();
+                    }
+                }
+                Err(WriteError::Blocked) => {}
+                Err(_) => p.written = want,
+            }
+        }
+        progress
+    }
+
+    /// Hands every due datagram of both links to its endpoint.
+    fn deliver(&mut self) -> bool {
+        let now = self.instant();
+        let mut progress = false;
+        while let Some(p) = self.up.poll_transmit(self.now) {
+            progress = true;
+            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+                continue;
+            };
+            self.buf.clear();
+            match self.server.handle(now, src, None, None, data, &mut self.buf) {
+                Some(DatagramEvent::NewConnection(incoming)) => {
+                    self.buf.clear();
+                    if let Ok((h, conn)) = self.server.accept(incoming, now, &mut self.buf, None) {
+                        self.servers.insert(
+                            h,
+                            ServerConn {
+                                conn,
+                                streams: BTreeMap::new(),
+                            },
+                        );
+                    }
+                }
+                Some(DatagramEvent::ConnectionEvent(h, ev)) => {
+                    if let Some(s) = self.servers.get_mut(&h) {
+                        s.conn.handle_event(ev);
+                    }
+                }
+                Some(DatagramEvent::Response(t)) => {
+                    if let SocketAddr::V4(dst) = t.destination {
+                        send_to(&mut self.down, self.now, SERVER, dst, &t, &self.buf.clone());
+                    }
+                }
+                None => {}
+            }
+        }
+        while let Some(p) = self.down.poll_transmit(self.now) {
+            progress = true;
+            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+                continue;
+            };
+            self.buf.clear();
+            if let Some(DatagramEvent::ConnectionEvent(h, ev)) =
+                self.client.handle(now, src, None, None, data, &mut self.buf)
+            {
+                if let Some(&ci) = self.by_handle.get(&h) {
+                    self.clients[ci].conn.handle_event(ev);
+                }
+            }
+        }
+        progress |= self.finish_requests();
+        progress
+    }
+
+    /// Writes the records of requests whose response is complete.
+    fn finish_requests(&mut self) -> bool {
+        let mut progress = false;
+        for i in 0..self.pending.len() {
+            let p = &self.pending[i];
+            let done = p.stream.is_some() && p.received >= p.req.response_bytes && p.first_byte_at.is_some();
+            if !done || p.sent_at.is_none() {
+                continue;
+            }
+            let record = self.record(i);
+            self.records.push(record);
+            self.completed += 1;
+            self.pending[i].stream = None;
+            self.pending[i].sent_at = None;
+            progress = true;
+        }
+        progress
+    }
+
+    fn record(&self, i: usize) -> String {
+        let p = &self.pending[i];
+        let c = &self.clients[p.conn];
+        let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
+        let done = p.first_byte_at.unwrap_or(self.now).max(self.now);
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let stats = c.conn.stats();
+        let record = ClientRecord {
+            side: Side::Client,
+            schema: SCHEMA_VERSION,
+            time_unix_ms: ms(issued),
+            conn_id: p.conn as u64 + 1,
+            server_addr: SERVER.to_string(),
+            local_addr: c.local.to_string(),
+            protocol: Protocol::H3,
+            method: "GET".into(),
+            url: format!("https://{SERVER}{}", p.req.path),
+            status: Some(200),
+            bytes: p.received,
+            rct_ms: Some(ms(done.saturating_sub(issued))),
+            ttfb_ms: p.first_byte_at.map(|t| ms(t.saturating_sub(issued))),
+            new_connection: p.new_connection,
+            handshake_ms: p
+                .new_connection
+                .then(|| c.connected.map(|t| ms(t.saturating_sub(c.started))))
+                .flatten(),
+            transport: Some(TransportSnapshot {
+                cc: self.cc_name.clone(),
+                rtt_ms: ms(stats.path.rtt),
+                min_rtt_ms: None,
+                rttvar_ms: None,
+                cwnd_bytes: stats.path.cwnd,
+                sent_packets: stats.path.sent_packets,
+                lost_packets: stats.path.lost_packets,
+                congestion_events: Some(stats.path.congestion_events),
+                unacked_bytes: None,
+                delivery_rate_bps: None,
+            }),
+            decision: Some("sim:quic".into()),
+            decision_id: None,
+            click: Some(p.req.click),
+            error: None,
+            retried_from: None,
+            retry_lost_ms: None,
+        };
+        let mut v = serde_json::to_value(&record).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("source".into(), "sim".into());
+        }
+        v.to_string()
+    }
+}
+
+/// Reads what arrived of a response on the client.
+fn read_response(pending: &mut [Pending], c: &mut ClientConn, id: StreamId, now: Duration) {
+    let Some(p) = pending.iter_mut().find(|p| p.stream == Some(id)) else {
+        return;
+    };
+    let mut recv = c.conn.recv_stream(id);
+    let Ok(mut chunks) = recv.read(true) else { return };
+    loop {
+        match chunks.next(usize::MAX) {
+            Ok(Some(chunk)) => {
+                p.first_byte_at.get_or_insert(now);
+                p.received += chunk.bytes.len() as u64;
+            }
+            Ok(None) => {
+                // The stream finished: an empty response still completes.
+                p.first_byte_at.get_or_insert(now);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = chunks.finalize();
+}
+
+/// Reads a request on the server: its first 8 bytes are the response size.
+fn serve_read(s: &mut ServerConn, id: StreamId) {
+    let Some(r) = s.streams.get_mut(&id) else { return };
+    let mut recv = s.conn.recv_stream(id);
+    let Ok(mut chunks) = recv.read(true) else { return };
+    loop {
+        match chunks.next(usize::MAX) {
+            Ok(Some(chunk)) => {
+                if r.header.len() < 8 {
+                    let take = (8 - r.header.len()).min(chunk.bytes.len());
+                    r.header.extend_from_slice(&chunk.bytes[..take]);
+                    if r.header.len() == 8 {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(&r.header);
+                        r.remaining = u64::from_be_bytes(b);
+                    }
+                }
+            }
+            Ok(None) => {
+                r.finished_reading = true;
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = chunks.finalize();
+}
+
+/// A shared buffer of response bytes (their content does not matter).
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
+/// Writes responses whose requests were read whole, as far as flow control allows.
+fn serve_write(s: &mut ServerConn) -> bool {
+    let mut progress = false;
+    let mut done = Vec::new();
+    for (&id, r) in s.streams.iter_mut() {
+        if !r.finished_reading {
+            continue;
+        }
+        while r.remaining > 0 {
+            let n = (r.remaining as usize).min(ZEROS.len());
+            match s.conn.send_stream(id).write(&ZEROS[..n]) {
+                Ok(0) | Err(_) => break,
+                Ok(w) => {
+                    r.remaining -= w as u64;
+                    progress = true;
+                }
+            }
+        }
+        if r.remaining == 0 {
+            let _ = s.conn.send_stream(id).finish();
+            done.push(id);
+            progress = true;
+        }
+    }
+    for id in done {
+        s.streams.remove(&id);
+    }
+    progress
+}
+
+fn send(link: &mut Link<Bytes>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {
+    if let SocketAddr::V4(dst) = t.destination {
+        send_to(link, now, src, dst, t, buf);
+    }
+}
+
+/// Puts a transmit's datagrams (several when segmented) on a link.
+fn send_to(
+    link: &mut Link<Bytes>,
+    now: Duration,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    t: &quinn_proto::Transmit,
+    buf: &[u8],
+) {
+    let seg = t.segment_size.unwrap_or(t.size).max(1);
+    for chunk in buf[..t.size].chunks(seg) {
+        link.enqueue(now, packet::wrap(src, dst, chunk));
+    }
+}

@@ -1,0 +1,126 @@
+//! # gearbox-sim — the lab's link model and real QUIC in virtual time
+//!
+//! The simulator runs quinn-proto's QUIC state machine (the same one the edge and the
+//! client run through quinn), with the congestion-control suite's controllers, over
+//! `gearbox-link` (the emulator's link model, unchanged), and drives them with a
+//! virtual clock: a discrete-event loop that jumps from one event to the next (a
+//! delivery or departure on a link, a connection timer, a workload request) and never
+//! sleeps. docs/architecture.md "One link model, two clocks"; docs/sim.md.
+//!
+//! Why quinn-proto directly rather than the edge and client under a paused tokio clock:
+//! quinn-proto is sans-IO (it takes `now` in every call and hands back datagrams and
+//! timer deadlines), which is exactly what a simulator needs, and it is the layer that
+//! decides everything on the wire (packets, ACKs, loss recovery, congestion control,
+//! pacing). The async layers above it (quinn, h3, hyper) add tasks, wakers and locks
+//! that a paused runtime would still have to schedule on real threads, for no change
+//! in what is sent when. HTTP/3 framing is not simulated: a request is a QUIC stream
+//! carrying the request's bytes, the response the response's bytes (sizes from the
+//! workload, as the edge's `/bytes/N` serves them), so a response is a few bytes of
+//! HTTP/3 framing shorter than on the real stack.
+//!
+//! The result of a run is one client record per request, in the telemetry schema of
+//! the edge and client (docs/telemetry.md) with `source = "sim"`; the same config and
+//! seed give byte-identical records.
+
+mod engine;
+mod packet;
+
+pub use engine::{run, SimError, SimOutcome};
+
+use std::path::{Path, PathBuf};
+
+use gearbox_cc::QuicCc;
+use gearbox_link::LinkConfig;
+use serde::Deserialize;
+
+/// One simulation: a client and a server over one path (a downlink and an uplink).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    /// Seed of every random choice (links, workload, QUIC's connection ids).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Requests sent in the first this many simulated seconds.
+    pub duration_s: f64,
+    /// Virtual-time limit of the run, seconds (default: 2 × duration + 30).
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
+    /// QUIC congestion controller (the suite's names, or `quinn-*`).
+    #[serde(default = "default_cc")]
+    pub cc: String,
+    /// Initial congestion window, packets of 1200 bytes (None: 10).
+    #[serde(default)]
+    pub initial_window: Option<u32>,
+    /// Workload: a built-in name (`feed`, `app`, `search`, `bulk`) or a workload file.
+    pub workload: String,
+    /// Server to client (the emulator's `[path.down]`).
+    pub down: LinkConfig,
+    /// Client to server (default: the same as `down`).
+    #[serde(default)]
+    pub up: Option<LinkConfig>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+fn default_cc() -> String {
+    "cubic".into()
+}
+
+impl SimConfig {
+    /// Reads a config file; errors name the file and the field.
+    pub fn load(path: &Path) -> Result<SimConfig, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::Config {
+            file: path.to_path_buf(),
+            message: format!("cannot read: {e}"),
+        })?;
+        SimConfig::parse(&text, path)
+    }
+
+    /// Parses a config's text (`file` names it in errors).
+    pub fn parse(text: &str, file: &Path) -> Result<SimConfig, SimError> {
+        let c: SimConfig = toml::from_str(text).map_err(|e| SimError::Config {
+            file: file.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        c.validate(file)?;
+        Ok(c)
+    }
+
+    fn validate(&self, file: &Path) -> Result<(), SimError> {
+        let bad = |field: &str, message: String| SimError::Config {
+            file: file.to_path_buf(),
+            message: format!("{field}: {message}"),
+        };
+        if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
+            return Err(bad("duration_s", format!("must be > 0, got {}", self.duration_s)));
+        }
+        if let Some(t) = self.time_limit_s.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(bad("time_limit_s", format!("must be > 0, got {t}")));
+        }
+        self.quic_cc()
+            .map_err(|e| bad("cc", e.to_string()))?
+            .factory(self.initial_window)
+            .map_err(|e| bad("initial_window", e.to_string()))?;
+        for (name, link) in [("down", Some(&self.down)), ("up", self.up.as_ref())] {
+            if let Some(l) = link {
+                l.validate().map_err(|e| bad(name, e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The controller named by `cc`.
+    pub fn quic_cc(&self) -> Result<QuicCc, gearbox_cc::UnknownCc> {
+        self.cc.parse()
+    }
+
+    /// The run's virtual-time limit.
+    pub fn time_limit_s(&self) -> f64 {
+        self.time_limit_s.unwrap_or(2.0 * self.duration_s + 30.0)
+    }
+}
+
+/// Where a config came from, for messages.
+pub type ConfigPath = PathBuf;

@@ -1,0 +1,85 @@
+//! The simulator end to end: real quinn-proto endpoints over the link model in
+//! virtual time.
+
+use std::path::Path;
+
+use gearbox_sim::{run, SimConfig};
+
+fn config(workload: &str, extra: &str) -> SimConfig {
+    let text = format!(
+        "seed = 7\nduration_s = 20.0\nworkload = \"{workload}\"\n{extra}\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n"
+    );
+    SimConfig::parse(&text, Path::new("test.toml")).unwrap()
+}
+
+fn bulk() -> String {
+    format!("{}/tests/data/bulk-5mb.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn records(out: &gearbox_sim::SimOutcome) -> Vec<serde_json::Value> {
+    out.records.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn a_bulk_download_fills_a_10_mbit_link_in_simulated_time() {
+    let out = run(&config(&bulk(), "")).unwrap();
+    assert_eq!((out.requests, out.completed, out.timed_out), (1, 1, false));
+    let r = &records(&out)[0];
+    assert_eq!(r["source"], "sim");
+    assert_eq!(r["bytes"], 5_000_000);
+    let rct_s = r["rct_ms"].as_f64().unwrap() / 1e3;
+    // Payload goodput against the 10 Mbit/s link: 28 bytes of IP/UDP and ~30 of QUIC per
+    // 1200-byte packet and the handshake and slow start take some of it.
+    let goodput = 5_000_000.0 * 8.0 / rct_s / 10e6;
+    assert!(goodput > 0.88, "goodput {goodput:.3} of the link ({rct_s:.2} s)");
+    // The path's RTT is at least its base RTT.
+    assert!(r["transport"]["rtt_ms"].as_f64().unwrap() >= 40.0, "{r}");
+    assert!(r["handshake_ms"].as_f64().unwrap() >= 40.0, "{r}");
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_records() {
+    let a = run(&config("app", "")).unwrap();
+    let b = run(&config("app", "")).unwrap();
+    assert!(a.completed > 10, "{} requests done", a.completed);
+    assert_eq!(a.completed, a.requests);
+    assert_eq!(a.records, b.records);
+}
+
+#[test]
+fn loss_on_the_link_shows_as_quic_losses_and_every_request_still_completes() {
+    let lossy = config(&bulk(), "").down.clone();
+    let mut c = config(&bulk(), "");
+    let mut down = lossy;
+    down.loss = toml::from_str("model = \"bernoulli\"\nloss_rate = 0.02\n").unwrap();
+    c.down = down;
+    let out = run(&c).unwrap();
+    assert_eq!(out.completed, 1);
+    let r = &records(&out)[0];
+    assert!(r["transport"]["lost_packets"].as_u64().unwrap() > 20, "{r}");
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let e = SimConfig::parse(
+        "duration_s = 0\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
+        Path::new("x.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("x.toml: duration_s"), "{e}");
+    let e = SimConfig::parse(
+        "duration_s = 1\ncc = \"vegas\"\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
+        Path::new("x.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("cc:") && e.contains("vegas"), "{e}");
+    let e = SimConfig::parse(
+        "duration_s = 1\nworkload = \"app\"\nspeed = 3\n[down]\nrate_bps = 1000\n",
+        Path::new("x.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("speed"), "{e}");
+}
