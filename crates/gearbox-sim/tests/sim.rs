@@ -83,3 +83,24 @@ fn bad_configs_name_the_field() {
     .to_string();
     assert!(e.contains("speed"), "{e}");
 }
+
+/// The congestion-control suite's utilisation check (docs/cc.md "Validation") in the
+/// simulator: every controller moves a 25 MB download over a 10 Mbit/s, 40 ms, 1-BDP
+/// path at most of the link's rate. (Payload goodput over the whole transfer, handshake,
+/// start-up and ~5% of IP/UDP/QUIC headers included, so below the emulator's
+/// steady-state utilisation at the bottleneck; measured 0.85-0.94.)
+#[test]
+fn every_suite_controller_fills_a_10_mbit_link_in_the_simulator() {
+    let mut short = Vec::new();
+    for cc in ["newreno", "cubic", "bbr", "copa", "westwood", "vivace"] {
+        let big = format!("{}/tests/data/bulk-25mb.toml", env!("CARGO_MANIFEST_DIR"));
+        let out = run(&config(&big, &format!("cc = \"{cc}\"\ntime_limit_s = 120.0"))).unwrap();
+        let r = &records(&out)[0];
+        let goodput = 25_000_000.0 * 8.0 / (r["rct_ms"].as_f64().unwrap() / 1e3) / 10e6;
+        eprintln!("{cc}: goodput {goodput:.3} of 10 Mbit/s");
+        if goodput < 0.8 {
+            short.push(format!("{cc}: {goodput:.3}"));
+        }
+    }
+    assert!(short.is_empty(), "{short:?}");
+}
