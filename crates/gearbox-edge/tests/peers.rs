@@ -124,6 +124,24 @@ async fn curl(edge: &Running, version: &str, path: &str, out: &Path) -> (String,
     (text, summary)
 }
 
+/// ngtcp2's client fetches `/bytes/{n}` over HTTP/3; returns its download folder.
+async fn h3_get(edge: &Running, n: u64) -> PathBuf {
+    let dl = edge.dir.path().join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let url = format!("https://127.0.0.1:{}/bytes/{n}", edge.quic.port());
+    let o = run(Command::new(need("gtlsclient"))
+        .args(["-q", "--timeout=1s"])
+        .arg(format!("--download={}", dl.display()))
+        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
+    .await;
+    assert!(
+        o.status.success(),
+        "gtlsclient failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    dl
+}
+
 fn one<'a>(records: &'a [Value], path: &str) -> &'a Value {
     let found: Vec<_> = records.iter().filter(|r| r["path"] == path).collect();
     assert_eq!(found.len(), 1, "one record for {path}: {records:?}");
@@ -171,19 +189,7 @@ async fn curl_fetches_over_http1_and_gets_clear_errors_for_bad_paths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ngtcp2_client_fetches_over_http3_and_the_edge_records_the_stream_acknowledgement() {
     let edge = start(|c| c.cc = QuicCc::Suite(gearbox_cc::Cca::Bbr)).await;
-    let dl = edge.dir.path().join("dl");
-    std::fs::create_dir_all(&dl).unwrap();
-    let url = format!("https://127.0.0.1:{}/bytes/200000", edge.quic.port());
-    let o = run(Command::new(need("gtlsclient"))
-        .args(["-q", "--timeout=1s"])
-        .arg(format!("--download={}", dl.display()))
-        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
-    .await;
-    assert!(
-        o.status.success(),
-        "gtlsclient failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let dl = h3_get(&edge, 200_000).await;
     assert_eq!(
         std::fs::metadata(dl.join("200000")).expect("downloaded file").len(),
         200_000
@@ -450,15 +456,7 @@ async fn the_cwnd_table_sets_initial_windows_on_tcp_and_quic_and_is_reloaded() {
     assert_eq!(r["iw"]["cluster"], "127.0.0.0/24");
     assert_eq!(r["iw"]["iw_set"], serde_json::json!([40, 40]));
 
-    let dl = edge.dir.path().join("dl");
-    std::fs::create_dir_all(&dl).unwrap();
-    let url = format!("https://127.0.0.1:{}/bytes/100001", edge.quic.port());
-    let o = run(Command::new(need("gtlsclient"))
-        .args(["-q", "--timeout=1s"])
-        .arg(format!("--download={}", dl.display()))
-        .args(["127.0.0.1", &edge.quic.port().to_string(), &url]))
-    .await;
-    assert!(o.status.success(), "gtlsclient: {}", String::from_utf8_lossy(&o.stderr));
+    h3_get(&edge, 100_001).await;
     let r = latest(&edge, "/bytes/100001").await.expect("QUIC record");
     assert_eq!(
         (r["iw"]["source"].as_str(), r["iw"]["iw"].as_u64()),

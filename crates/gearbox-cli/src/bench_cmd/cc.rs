@@ -220,8 +220,11 @@ fn whole_process(a: &CcBenchArgs) -> anyhow::Result<()> {
             cert.display(),
             key.display()
         );
+        // The request's own bound (default 60 s) must outlast a transfer of about
+        // `transfer_s` at line rate; the emulator run's bound is the same.
+        let bound = a.transfer_s * 3.0 + 30.0;
         let client = format!(
-            "start=$(date +%s.%N); {exe} get --proto quic --insecure https://10.0.0.1:4433/bytes/{bytes} > /dev/null && \
+            "start=$(date +%s.%N); {exe} get --proto quic --insecure --timeout-s {bound} https://10.0.0.1:4433/bytes/{bytes} > /dev/null && \
              end=$(date +%s.%N) && curl -sf http://10.0.0.1:9100/metrics > {} && echo \"$start $end\" > {}",
             metrics.display(),
             done.display()
@@ -230,7 +233,7 @@ fn whole_process(a: &CcBenchArgs) -> anyhow::Result<()> {
             .args(["emu", "--config"])
             .arg(d.join("emu.toml"))
             .args(["--ready-ports", "4433/udp,9100/tcp", "--duration-s"])
-            .arg(format!("{}", a.transfer_s * 3.0 + 30.0))
+            .arg(format!("{bound}"))
             .args(["--server", &server, "--client", &client])
             .status()
             .context("cannot run gearbox emu")?;
