@@ -68,7 +68,8 @@ class Client:
         insecure: accept any certificate (lab runs against throwaway certificates only).
         local_addrs: local IP addresses, one connection pool per path (multipath);
             `path_index` picks one. Default: one path, the kernel picks the source.
-        quic_cc: QUIC congestion controller: newreno, cubic, bbr, copa, westwood, vivace (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins).
+        quic_cc: QUIC congestion controller: newreno, cubic, bbr, copa, westwood, vivace
+            (the suite's, switchable) or quinn-newreno, quinn-cubic, quinn-bbr (quinn's built-ins).
         tcp_cc: kernel TCP congestion controller per socket: reno, cubic or bbr
             (default: the system's).
         telemetry: JSON-lines file the records are appended to ("-": standard output).
