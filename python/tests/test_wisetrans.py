@@ -283,13 +283,19 @@ def test_train_exports_models_the_gear_can_load(tmp_path: Path) -> None:
         ["--dataset", str(data), "--model-dir", str(tmp_path / "m"), "--results-dir", str(tmp_path / "r"), "--quick"]
     )
     assert code == 0
-    for proto, k in (("tcp", 7), ("quic", 5)):
+    summary = json.loads((tmp_path / "r" / "train.json").read_text())
+    for proto in ("tcp", "quic"):
+        got = summary["protocols"][proto]
+        names = train.Args().select_feature_sets[got["selected"]["features"]]
+        assert got["features"] == names
+        assert 0.0 <= got["nested_grouped_accuracy"] <= 1.0 and 0.0 <= got["nested_majority_floor"] <= 1.0
+        k = len(names)
         model = json.loads((tmp_path / "m" / f"{proto}.json").read_text())
         assert model["learner"]["objective"]["name"] == "binary:logistic"
         meta = json.loads((tmp_path / "m" / f"{proto}.meta.json").read_text())
         assert meta["class_labels"] == ["stay", "switch"]
         assert meta["objective"] == "binary:logistic"
-        assert len(meta["features"]) == k and {f["name"] for f in meta["features"]} <= set(ds.FEATURES)
+        assert [f["name"] for f in meta["features"]] == names
         assert meta["training_data"]["sha256"] == ds.sha256_of(data)
         assert int(model["learner"]["learner_model_param"]["num_feature"]) == k
         booster = xgboost.Booster(model_file=str(tmp_path / "m" / f"{proto}.json"))
@@ -372,3 +378,48 @@ def test_gap_attribution_splits_the_gap_between_exploration_and_the_rest() -> No
     mode = [rec("h2", 0, "/a", 0, 80, decision=probe), rec("h2", 0, "/b", 0, 130, decision=stay)]
     got = ev.gap_attribution(mode, ds.ideal_choice(tcp, quic), 10_000.0)
     assert got == {"explore_gap_ms": 30.0, "other_gap_ms": 80.0, "ideal_ms": 100.0}
+
+
+def test_grouped_selection_prefers_features_that_carry_to_unseen_conditions() -> None:
+    """Invented rows: in every condition the label follows `ttfb_rtt_ratio > 3` (a rule that
+    carries), while `rtt_avg_ms` is one value per condition whose label share is random (it
+    identifies the condition: shuffled folds would love it). Selection by grouped folds must
+    pick a feature set with `ttfb_rtt_ratio` and beat the majority floor on unseen conditions."""
+    pytest.importorskip("xgboost")
+    pytest.importorskip("sklearn")
+    import numpy as np
+
+    from gearbox.wisetrans import train
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for c in range(12):
+        rtt = float(rng.uniform(10, 300))
+        for _ in range(40):
+            ratio = float(rng.uniform(1, 6))
+            f = {n: float("nan") for n in ds.FEATURES}
+            f.update(rtt_avg_ms=rtt, ttfb_rtt_ratio=ratio, retran_rate=float(rng.uniform(0, 0.05)))
+            label = int(ratio > 3)
+            rows.append(
+                {
+                    "group": f"g/c{c}",
+                    "part": "g",
+                    "condition_id": f"c{c}",
+                    **f,
+                    "label": label,
+                    "cost_self_ms": 100.0,
+                    "cost_other_ms": 50.0 if label else 200.0,
+                }
+            )
+    a = train.Args()
+    a.select_max_depth, a.select_min_child_weight, a.select_margin = [2], [1.0], [0.0]
+    a.select_feature_sets = {"rtt-only": ["rtt_avg_ms", "retran_rate"], "with-ratio": ["rtt_avg_ms", "ttfb_rtt_ratio"]}
+    X = {k: train.matrix(rows, v) for k, v in a.select_feature_sets.items()}
+    y = np.array([r["label"] for r in rows])
+    groups = train.group_ids(rows)
+    gap = train.cost_gap(rows)
+    cfg, scored = train.select(np.arange(len(y)), X, y, gap, groups, a, 4)
+    assert cfg["features"] == "with-ratio"
+    assert {s["features"]: s["grouped_accuracy"] for s in scored}["with-ratio"] > 0.95
+    honest = train.nested(X, y, gap, groups, a)
+    assert honest["accuracy"] > 0.95 > honest["majority_floor"] + 0.2
