@@ -48,10 +48,15 @@ class Args:
             "udp": "scenarios/wisetrans-eval-udp.toml",
             "bbr": "scenarios/wisetrans-eval-bbr.toml",
             "vere": "scenarios/wisetrans-eval-vere.toml",
+            # Issue 19's classes: UDP throttled then blocked mid-session; a changing mobile path.
+            "block": "scenarios/wisetrans-eval-block.toml",
+            "mobile": "scenarios/wisetrans-eval-mobile.toml",
         }
     )
     # Regions pooled into one more table (the seed's overall numbers pool its two cities).
-    pooled: dict[str, list[str]] = field(default_factory=lambda: {"both": ["plain", "udp"]})
+    pooled: dict[str, list[str]] = field(
+        default_factory=lambda: {"both": ["plain", "udp"], "block+mobile": ["block", "mobile"]}
+    )
     out: str = "out/wisetrans/eval"  # lab result folders, one per region
     results: str = "data/wisetrans/eval.json"  # the numbers docs/wisetrans.md quotes
     dataset_grid: str = "out/wisetrans/dataset/grid"  # Fig. 1's lambda from the training grid
@@ -83,7 +88,7 @@ NOT_GEARS = ("tcp", "quic", "tcp2")
 
 def stats(costs: list[float]) -> dict[str, float | int | None]:
     if not costs:
-        return {"requests": 0, "mean": None, "median": None, "std": None, "p99": None}
+        return {"requests": 0, "mean": None, "median": None, "std": None, "p99": None, "max": None}
     x = np.asarray(costs, dtype=float)
     return {
         "requests": int(x.size),
@@ -91,6 +96,7 @@ def stats(costs: list[float]) -> dict[str, float | int | None]:
         "median": percentile(x, 50),
         "std": float(x.std()),
         "p99": percentile(x, 99),
+        "max": float(x.max()),
     }
 
 
@@ -199,6 +205,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
     (condition, repetition) separately, as min / max: the spread that says which
     differences of the pooled numbers are more than run-to-run noise."""
     costs: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
     dives: dict[str, list[dict[str, Any]]] = {}
     per_run: dict[str, dict[str, list[float]]] = {}
     for lab_out in lab_outs if isinstance(lab_outs, list) else [lab_outs]:
@@ -208,6 +215,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             for policy, rs in recs.items():
                 c = [ds.request_cost_ms(r, a.failed_cost_ms) for r in rs]
                 costs.setdefault(policy, []).extend(c)
+                failed[policy] = failed.get(policy, 0) + sum(1 for r in rs if r.get("error") is not None)
                 if c:
                     means[policy] = float(np.mean(c))
                 if policy not in NOT_GEARS:
@@ -238,6 +246,8 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for mode, c in costs.items():
         table[mode] = stats(c)
+        if mode in failed:
+            table[mode]["failed"] = failed[mode]
         spread = per_run.get(mode, {})
         table[mode]["per_run"] = {k: {"runs": len(v), "min": min(v), "max": max(v)} for k, v in spread.items() if v}
     for mode, row in table.items():
@@ -310,10 +320,10 @@ def format_region(name: str, table: dict[str, Any]) -> str:
 
     lines = [
         f"region {name}: request cost (RCT; failed = 10 s), ms; reductions 1 - mode / baseline",
-        "| mode | requests | mean | median | std | p99 | mean vs TCP | mean vs QUIC | median vs TCP "
+        "| mode | requests | failed | mean | median | std | p99 | max | mean vs TCP | mean vs QUIC | median vs TCP "
         "| median vs QUIC | p99 vs TCP | gap to Ideal (mean) | gap to live oracle (mean) "
         "| per run: vs TCP, vs QUIC, gap to Ideal (min..max) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def spread(r: dict[str, Any]) -> str:
@@ -330,7 +340,8 @@ def format_region(name: str, table: dict[str, Any]) -> str:
         gap = None if m == "ideal" or r.get("vs_ideal_mean") is None else -r["vs_ideal_mean"]
         gap_oracle = None if r.get("vs_oracle_mean") is None else -r["vs_oracle_mean"]
         lines.append(
-            f"| {m} | {r['requests']} | {ms(r['mean'])} | {ms(r['median'])} | {ms(r['std'])} | {ms(r['p99'])} | "
+            f"| {m} | {r['requests']} | {r.get('failed', '-')} | {ms(r['mean'])} | {ms(r['median'])} | "
+            f"{ms(r['std'])} | {ms(r['p99'])} | {ms(r.get('max'))} | "
             f"{pct(r.get('vs_tcp_mean'))} | {pct(r.get('vs_quic_mean'))} | {pct(r.get('vs_tcp_median'))} | "
             f"{pct(r.get('vs_quic_median'))} | {pct(r.get('vs_tcp_p99'))} | {pct(gap)} | {pct(gap_oracle)} | "
             f"{spread(r)} |"
@@ -374,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     a = Args()
     p = argparse.ArgumentParser(prog="gearbox lab wisetrans evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--no-run", action="store_true", help="recompute from the runs already in --out")
-    p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr, vere)")
+    p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr, vere, block, mobile)")
     p.add_argument("--out", default=a.out)
     ns = p.parse_args(argv)
     a.run, a.out = not ns.no_run, ns.out
