@@ -413,6 +413,7 @@ def test_grouped_selection_prefers_features_that_carry_to_unseen_conditions() ->
             )
     a = train.Args()
     a.select_max_depth, a.select_min_child_weight, a.select_margin = [2], [1.0], [0.0]
+    a.select_boosting = [(100, 0.3)]
     a.select_feature_sets = {"rtt-only": ["rtt_avg_ms", "retran_rate"], "with-ratio": ["rtt_avg_ms", "ttfb_rtt_ratio"]}
     X = {k: train.matrix(rows, v) for k, v in a.select_feature_sets.items()}
     y = np.array([r["label"] for r in rows])

@@ -72,9 +72,13 @@ class Args:
             "path+new": ["retran_rate", "rtt_avg_ms", "ttfb_rtt_ratio", "cost_rtt_ratio", "fail_rate", "loss_streak"],
         }
     )
-    select_max_depth: list[int] = field(default_factory=lambda: [2, 3, 5, 7])
-    select_min_child_weight: list[float] = field(default_factory=lambda: [1.0, 20.0])
+    select_max_depth: list[int] = field(default_factory=lambda: [3, 5])
+    select_min_child_weight: list[float] = field(default_factory=lambda: [1.0, 100.0])
     select_margin: list[float] = field(default_factory=lambda: [0.0, 0.2])
+    # (trees, learning rate): the seed's defaults, and a slower, smaller ensemble that fits
+    # the training conditions less closely.
+    select_boosting: list[tuple[int, float]] = field(default_factory=lambda: [(100, 0.3), (50, 0.1)])
+    clear_margin: float = 0.2  # nested(): also scored on the rows whose label is this clear
     select_folds: int = 5  # grouped folds of the selection (and of nested()'s outer loop)
     select_inner_folds: int = 3  # nested(): grouped folds of the selection inside each outer fold
     mlp_hidden: tuple[int, int] = (128, 64)  # §IV-E2 footnote 4
@@ -91,14 +95,20 @@ class Args:
     bench_model: str | None = None
 
 
-def xgb(a: Args, max_depth: int | None = None, min_child_weight: float | None = None) -> Any:
+def xgb(
+    a: Args,
+    max_depth: int | None = None,
+    min_child_weight: float | None = None,
+    n_estimators: int | None = None,
+    learning_rate: float | None = None,
+) -> Any:
     from xgboost import XGBClassifier
 
     return XGBClassifier(
-        n_estimators=a.n_estimators,
+        n_estimators=a.n_estimators if n_estimators is None else n_estimators,
         max_depth=a.max_depth if max_depth is None else max_depth,
         min_child_weight=a.min_child_weight if min_child_weight is None else min_child_weight,
-        learning_rate=a.learning_rate,
+        learning_rate=a.learning_rate if learning_rate is None else learning_rate,
         objective="binary:logistic",
         tree_method="hist",
         n_jobs=1,
@@ -188,11 +198,12 @@ def cost_gap(rows: list[dict]) -> np.ndarray:
 
 def selection_grid(a: Args) -> list[dict[str, Any]]:
     return [
-        {"features": f, "max_depth": d, "min_child_weight": w, "margin": m}
+        {"features": f, "max_depth": d, "min_child_weight": w, "margin": m, "n_estimators": n, "learning_rate": lr}
         for f in a.select_feature_sets
         for d in a.select_max_depth
         for w in a.select_min_child_weight
         for m in a.select_margin
+        for n, lr in a.select_boosting
     ]
 
 
@@ -204,7 +215,8 @@ def fit_config(
     keep = rows_idx[gap[rows_idx] >= cfg["margin"]]
     if len(set(y[keep].tolist())) < 2:
         keep = rows_idx
-    return xgb(a, cfg["max_depth"], cfg["min_child_weight"]).fit(X[cfg["features"]][keep], y[keep])
+    model = xgb(a, cfg["max_depth"], cfg["min_child_weight"], cfg["n_estimators"], cfg["learning_rate"])
+    return model.fit(X[cfg["features"]][keep], y[keep])
 
 
 def grouped_folds(idx: np.ndarray, groups: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -231,12 +243,12 @@ def select(
             accs.append(float((fit_config(cfg, tr, X, y, gap, a).predict(X[cfg["features"]][te]) == y[te]).mean()))
         scored.append({**cfg, "grouped_accuracy": float(np.mean(accs)) if accs else 0.0})
     best = max(scored, key=lambda c: c["grouped_accuracy"])
-    return {k: best[k] for k in ("features", "max_depth", "min_child_weight", "margin")}, scored
+    return {k: v for k, v in best.items() if k != "grouped_accuracy"}, scored
 
 
 def nested(X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, groups: np.ndarray, a: Args) -> dict[str, Any]:
     """Grouped accuracy of select()-then-fit on conditions it never saw, with the majority floor."""
-    acc, floor, chosen = [], [], []
+    acc, floor, chosen, clear_hits, clear_floor, clear_n = [], [], [], 0, 0, 0
     for tr, te in grouped_folds(np.arange(len(y)), groups, a.select_folds):
         cfg, _ = select(tr, X, y, gap, groups, a, a.select_inner_folds)
         majority = int(y[tr].mean() >= 0.5)
@@ -247,9 +259,17 @@ def nested(X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, groups: np.
         acc.append(float((pred == y[te]).mean()))
         floor.append(float((y[te] == majority).mean()))
         chosen.append(cfg)
+        clear = gap[te] >= a.clear_margin
+        clear_hits += int((pred[clear] == y[te][clear]).sum())
+        clear_floor += int((y[te][clear] == majority).sum())
+        clear_n += int(clear.sum())
     return {
         "accuracy": float(np.mean(acc)),
         "majority_floor": float(np.mean(floor)),
+        # The same predictions on the rows whose two costs differ by >= clear_margin.
+        "clear_rows": clear_n,
+        "accuracy_clear": clear_hits / clear_n if clear_n else None,
+        "majority_floor_clear": clear_floor / clear_n if clear_n else None,
         "per_fold": [{"accuracy": x, "majority_floor": f, **c} for x, f, c in zip(acc, floor, chosen, strict=True)],
     }
 
@@ -285,8 +305,8 @@ def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int, cfg
             trainer=f"python/gearbox/wisetrans/train.py (xgboost {xgb_version}, max_depth "
             f"{(cfg or {}).get('max_depth', a.max_depth)}, min_child_weight "
             f"{(cfg or {}).get('min_child_weight', a.min_child_weight):g}, "
-            f"label margin {(cfg or {}).get('margin', 0.0):g}, "
-            f"{a.n_estimators} trees; selected by condition-grouped CV)",
+            f"label margin {(cfg or {}).get('margin', 0.0):g}, {(cfg or {}).get('n_estimators', a.n_estimators)} "
+            f"trees, eta {(cfg or {}).get('learning_rate', a.learning_rate):g}; selected by condition-grouped CV)",
         ),
     )
 
@@ -358,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.folds, a.grid_max_depth, a.grid_min_child_weight, a.mlp_max_iter = 3, [3, 7], [1.0, 5.0], 50
         a.select_max_depth, a.select_min_child_weight, a.select_margin = [3], [1.0], [0.0, 0.2]
+        a.select_boosting = [(20, 0.3)]
         a.select_folds = a.select_inner_folds = 2
     np.random.seed(a.seed)
     rows = load_rows(a)
@@ -423,13 +444,16 @@ def main(argv: list[str] | None = None) -> int:
         honest = nested(X_sets, y, gap, groups, a)
         top = list(a.select_feature_sets[cfg["features"]])
         Xt = matrix(mine, top)
-        plain = cross_validate(xgb(a, cfg["max_depth"], cfg["min_child_weight"]), Xt, y, a)
+        plain = cross_validate(
+            xgb(a, cfg["max_depth"], cfg["min_child_weight"], cfg["n_estimators"], cfg["learning_rate"]), Xt, y, a
+        )
         selected_acc = max((c["grouped_accuracy"] for c in scored), default=None)
         model = fit_config(cfg, everything, X_sets, y, gap, a)
         export_xgb(model, top, model_dir / f"{proto}.json", a, len(y), cfg)
         print(
             f"[{proto}] selected by grouped CV: {cfg} (grouped acc {selected_acc}); nested grouped acc "
-            f"{honest['accuracy']:.4f} vs majority floor {honest['majority_floor']:.4f}"
+            f"{honest['accuracy']:.4f} vs majority floor {honest['majority_floor']:.4f}; on rows with a clear label "
+            f"{honest['accuracy_clear']} vs {honest['majority_floor_clear']}"
         )
         if a.bench_model and proto == "tcp":
             big = xgb(a)
@@ -457,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
             # select()-then-fit scored on outer grouped folds (the honest number) and the floor.
             "nested_grouped_accuracy": honest["accuracy"],
             "nested_majority_floor": honest["majority_floor"],
+            "nested_accuracy_clear": honest["accuracy_clear"],
+            "nested_majority_floor_clear": honest["majority_floor_clear"],
+            "nested_clear_rows": honest["clear_rows"],
             "nested_per_fold": honest["per_fold"],
             "selection": scored,
             # What always answering the more common class scores: the floor a classifier must beat.
