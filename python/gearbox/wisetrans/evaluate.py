@@ -387,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-run", action="store_true", help="recompute from the runs already in --out")
     p.add_argument("--region", action="append", help="only these regions (plain, udp, bbr, vere, block, mobile)")
     p.add_argument("--out", default=a.out)
+    p.add_argument("--results", default=a.results, help="where the numbers go (JSON)")
     ns = p.parse_args(argv)
-    a.run, a.out = not ns.no_run, ns.out
+    a.run, a.out, a.results = not ns.no_run, ns.out, ns.results
     regions = {k: v for k, v in a.regions.items() if not ns.region or k in ns.region}
     if a.run:
         run_regions(a, regions)
