@@ -141,3 +141,24 @@ def test_the_evaluation_reports_the_live_oracle_and_the_noise_floor(tmp_path: Pa
     assert "deep_dive" not in table["tcp2"] and "deep_dive" in table["oracle"]
     text = ev.format_region("r", table)
     assert "noise floor: the Ideal of two TCP-only runs (tcp, tcp2: other link seed) is 33.3% below" in text
+
+
+def test_link_seed_offset_gives_a_policy_another_link_seed_and_the_same_requests(tmp_path: Path) -> None:
+    from gearbox.lab import planning
+    from gearbox.lab import scenario as sc
+
+    (tmp_path / "s.toml").write_text(
+        'name = "s"\nduration_s = 5\nrepetitions = 2\n[workload]\nname = "feed"\n[policies.tcp]\n'
+        '[policies.tcp2]\nproto = "tcp"\nlink_seed_offset = 7\n[[path]]\nbandwidth_mbps = 10\nrtt_ms = 20\n'
+    )
+    s = sc.load(tmp_path / "s.toml")
+    _, runs = planning.plan(s, tmp_path / "out")
+    by = {(r.policy.name, r.repetition): r for r in runs}
+    for rep in (0, 1):
+        assert by["tcp2", rep].link_seed == (by["tcp", rep].link_seed + 7) % 2**32
+        assert by["tcp2", rep].workload_seed == by["tcp", rep].workload_seed
+    (tmp_path / "bad.toml").write_text(
+        (tmp_path / "s.toml").read_text().replace("link_seed_offset = 7", "link_seed_offset = -1")
+    )
+    with pytest.raises(sc.ScenarioError, match="link_seed_offset"):
+        sc.load(tmp_path / "bad.toml")
