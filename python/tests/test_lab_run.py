@@ -132,3 +132,55 @@ def test_a_tiny_scenario_runs_every_policy_through_the_emulator(gearbox_bin: Pat
     from gearbox.lab.report import write_report
 
     assert "data:image/png;base64," in write_report(out).read_text()
+
+
+ORACLE = """
+name = "oracle"
+description = "the live oracle after tcp and quic: UDP blocked from 4 s"
+duration_s = 8
+timeout_s = 60
+[workload]
+name = "app"
+seed = 1
+[policies.tcp]
+[policies.quic]
+[policies.oracle]
+proto = "auto"
+load_args = ["--gear", "oracle"]
+[[path]]
+bandwidth_mbps = 20
+rtt_ms = 40
+buffer_bdp = 1.0
+[[path.schedule]]
+at_s = 4.0
+policer = { action = "block", protocol = "udp" }
+"""
+
+
+def test_the_live_oracle_runs_the_schedule_its_static_runs_give_it(gearbox_bin: Path, tmp_path: Path) -> None:
+    """tcp, quic, then the oracle through the real `gearbox emu` (about 30 s): QUIC's requests
+    fail once UDP is blocked, so the schedule says TCP from then on, and the oracle's run follows
+    it (docs/wisetrans.md, `oracle.rs`)."""
+    try:
+        environment.check_emulator()
+    except environment.LabError as e:
+        pytest.skip(str(e))
+    (tmp_path / "oracle.toml").write_text(ORACLE)
+    out = tmp_path / "out"
+    outcome = runner.run_scenario(sc.load(tmp_path / "oracle.toml"), out, gearbox=gearbox_bin, progress=False)
+    assert [r.status for r in outcome.results] == ["ok", "ok", "ok"], [r.message for r in outcome.results]
+    import json
+    import tomllib
+
+    run = out / "runs" / "c000-oracle-r0"
+    schedule = tomllib.loads((run / "oracle.toml").read_text())["oracle_schedule"]
+    assert schedule[-1]["choice"] == "tcp" and schedule[-1]["from_ms"] <= 4000
+    assert "--gear-config" in (run / "command.txt").read_text()
+    quic = [json.loads(line) for line in (out / "runs" / "c000-quic-r0" / "client.jsonl").read_text().splitlines()]
+    assert any(r["error"] for r in quic), "QUIC-only's requests fail once UDP is blocked"
+    recs = [json.loads(line) for line in (run / "client.jsonl").read_text().splitlines()]
+    started = outcome.results[2].started_unix_ms
+    assert recs and all(r["decision"].startswith("oracle;phase=static;") for r in recs)
+    assert not any(r["error"] for r in recs)
+    late = [r for r in recs if (r["time_unix_ms"] - started) / 1000.0 > 4.5]
+    assert late and all(r["protocol"] in ("h1", "h2") for r in late)

@@ -13,6 +13,7 @@ import pytest
 
 from gearbox.wisetrans import dataset as ds
 from gearbox.wisetrans import evaluate as ev
+from gearbox.wisetrans import features as wt_features
 
 pytest.importorskip("pyarrow")
 
@@ -140,36 +141,66 @@ NAN = float("nan")
 
 
 def _reference_features(records: list[dict], window_ms: float = 10_000.0) -> list[dict]:
-    """Table I as docs/wisetrans.md defines it, written plainly (per protocol window over the
-    records observed in completion order; per-connection counter deltas)."""
-    order = sorted(range(len(records)), key=lambda i: (ds.completion_ms(records[i]), i))
-    seen: list[tuple[float, dict, int, int]] = []
-    last: dict[int, tuple[int, int]] = {}
-    out: list[dict] = [{}] * len(records)
-    for i in order:
-        r, t = records[i], ds.completion_ms(records[i])
-        s, lo = r["transport"]["sent_packets"], r["transport"]["lost_packets"]
-        ps, pl = last.get(r["conn_id"], (0, 0))
-        d = (s - ps, lo - pl) if s >= ps and lo >= pl else (s, lo)
-        last[r["conn_id"]] = (s, lo)
-        seen.append((t, r, *d))
-        win = [x for x in seen if t - x[0] <= window_ms]
-        ok = [x for x in win if x[1]["error"] is None]
-        div = lambda a, b: a / b if b > 0 else NAN  # noqa: E731
-        ttfb_avg = div(sum(x[1]["ttfb_ms"] for x in ok), len(ok))
-        ttfb = ok[-1][1]["ttfb_ms"] if ok else NAN
-        out[i] = {
-            "retran_rate": div(sum(x[3] for x in win), sum(x[2] for x in win)),
-            "rtt_avg_ms": div(sum(x[1]["transport"]["rtt_ms"] for x in win), len(win)),
-            "resp_rec_goodput_mbps": div(
-                sum(x[1]["bytes"] * 8 for x in ok), sum(x[1]["rct_ms"] - x[1]["ttfb_ms"] for x in ok) * 1e3
-            ),
-            "ttfb_avg_ms": ttfb_avg,
-            "ttfb_ms": ttfb,
-            "ttfb_rate": div(ttfb, ttfb_avg),
-            "req_cmpl_goodput_mbps": div(sum(x[1]["bytes"] * 8 for x in ok), sum(x[1]["rct_ms"] for x in ok) * 1e3),
-        }
-    return out
+    """The Python transcription of the extractor (gearbox.wisetrans.features), replayed as the
+    native binding replays: every record in completion order, QUIC's window."""
+    return wt_features.replay("quic", records, window_ms)
+
+
+def _vector_doc() -> dict:
+    return json.loads(wt_features.VECTORS.read_text())
+
+
+def test_the_python_extractor_reproduces_the_shared_vectors() -> None:
+    """The file the Rust test (crates/gearbox-gears/tests/feature_vectors.rs) reads too."""
+    doc = _vector_doc()
+    assert doc["feature_names"] == list(wt_features.FEATURE_NAMES) == list(ds.FEATURES)
+    fx = wt_features.FeatureExtractor(doc["window_ms"], doc["max_requests"])
+    for k, step in enumerate(doc["steps"]):
+        fx.observe(step["record"], step["at_ms"])
+        got = fx.features(step["query"], step["at_ms"])
+        for name, want in step["expect"].items():
+            if want is None:
+                assert math.isnan(got[name]), (k, name)
+            else:
+                assert got[name] == pytest.approx(want, rel=1e-12), (k, name)
+
+
+def test_the_new_features_in_the_vectors_are_the_hand_computed_values() -> None:
+    """gearbox's four additions, worked out by hand from the steps' records, so the vector file
+    does not merely repeat what the Python code computes."""
+    steps = _vector_doc()["steps"]
+    first = steps[0]["expect"]  # TCP: rct 120 ms, ttfb 60, 20 000 bytes, SRTT 40, 2 of 100 lost
+    assert first["ttfb_rtt_ratio"] == pytest.approx(60 / 40)
+    assert first["cost_rtt_ratio"] == pytest.approx(120 / (1 + 20_000 / 14_600) / 40)
+    assert (first["fail_rate"], first["loss_streak"]) == (0.0, 1.0)
+    assert steps[2]["expect"]["loss_streak"] == 0.0  # the third TCP request lost nothing new
+    failed = steps[6]["expect"]  # QUIC: three requests with growing losses, then one failed
+    assert failed["fail_rate"] == pytest.approx(1 / 4)
+    assert failed["loss_streak"] == 3.0  # the second, third (lost packets) and fourth (failed)
+    # The ratio uses the mean TTFB of the three ok requests and the mean SRTT of all four.
+    assert failed["ttfb_rtt_ratio"] == pytest.approx(((30 + 700 + 1200) / 3) / ((30 + 35 + 38 + 38) / 4))
+    no_snapshot = steps[7]["expect"]  # a record without a transport snapshot ends the streak
+    assert (no_snapshot["loss_streak"], no_snapshot["fail_rate"]) == (0.0, pytest.approx(1 / 5))
+    assert steps[12]["expect"]["requests"] == 1  # 14 s later QUIC's window holds only the new one
+
+
+def test_the_native_extractor_reproduces_the_shared_vectors() -> None:
+    native = pytest.importorskip("gearbox._native")
+    doc = _vector_doc()
+    records = []
+    for step in doc["steps"]:
+        r = dict(step["record"])
+        r["time_unix_ms"] = step["at_ms"] - (r["rct_ms"] if r["error"] is None else 0.0)  # completes at at_ms
+        records.append(r)
+    got = {p: native.wisetrans_features(p, records, window_ms=doc["window_ms"]) for p in ("tcp", "quic")}
+    for k, step in enumerate(doc["steps"]):
+        row = got[step["query"]][k]
+        for name in wt_features.FEATURE_NAMES:
+            want = step["expect"][name]
+            if want is None:
+                assert math.isnan(row[name]), (k, name)
+            else:
+                assert row[name] == pytest.approx(want, rel=1e-9), (k, name)
 
 
 def test_python_features_are_the_rust_extractors_features() -> None:
@@ -252,13 +283,19 @@ def test_train_exports_models_the_gear_can_load(tmp_path: Path) -> None:
         ["--dataset", str(data), "--model-dir", str(tmp_path / "m"), "--results-dir", str(tmp_path / "r"), "--quick"]
     )
     assert code == 0
-    for proto, k in (("tcp", 7), ("quic", 5)):
+    summary = json.loads((tmp_path / "r" / "train.json").read_text())
+    for proto in ("tcp", "quic"):
+        got = summary["protocols"][proto]
+        names = train.Args().select_feature_sets[got["selected"]["features"]]
+        assert got["features"] == names
+        assert 0.0 <= got["nested_grouped_accuracy"] <= 1.0 and 0.0 <= got["nested_majority_floor"] <= 1.0
+        k = len(names)
         model = json.loads((tmp_path / "m" / f"{proto}.json").read_text())
         assert model["learner"]["objective"]["name"] == "binary:logistic"
         meta = json.loads((tmp_path / "m" / f"{proto}.meta.json").read_text())
         assert meta["class_labels"] == ["stay", "switch"]
         assert meta["objective"] == "binary:logistic"
-        assert len(meta["features"]) == k and {f["name"] for f in meta["features"]} <= set(ds.FEATURES)
+        assert [f["name"] for f in meta["features"]] == names
         assert meta["training_data"]["sha256"] == ds.sha256_of(data)
         assert int(model["learner"]["learner_model_param"]["num_feature"]) == k
         booster = xgboost.Booster(model_file=str(tmp_path / "m" / f"{proto}.json"))
@@ -341,3 +378,49 @@ def test_gap_attribution_splits_the_gap_between_exploration_and_the_rest() -> No
     mode = [rec("h2", 0, "/a", 0, 80, decision=probe), rec("h2", 0, "/b", 0, 130, decision=stay)]
     got = ev.gap_attribution(mode, ds.ideal_choice(tcp, quic), 10_000.0)
     assert got == {"explore_gap_ms": 30.0, "other_gap_ms": 80.0, "ideal_ms": 100.0}
+
+
+def test_grouped_selection_prefers_features_that_carry_to_unseen_conditions() -> None:
+    """Invented rows: in every condition the label follows `ttfb_rtt_ratio > 3` (a rule that
+    carries), while `rtt_avg_ms` is one value per condition whose label share is random (it
+    identifies the condition: shuffled folds would love it). Selection by grouped folds must
+    pick a feature set with `ttfb_rtt_ratio` and beat the majority floor on unseen conditions."""
+    pytest.importorskip("xgboost")
+    pytest.importorskip("sklearn")
+    import numpy as np
+
+    from gearbox.wisetrans import train
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for c in range(12):
+        rtt = float(rng.uniform(10, 300))
+        for _ in range(40):
+            ratio = float(rng.uniform(1, 6))
+            f = {n: float("nan") for n in ds.FEATURES}
+            f.update(rtt_avg_ms=rtt, ttfb_rtt_ratio=ratio, retran_rate=float(rng.uniform(0, 0.05)))
+            label = int(ratio > 3)
+            rows.append(
+                {
+                    "group": f"g/c{c}",
+                    "part": "g",
+                    "condition_id": f"c{c}",
+                    **f,
+                    "label": label,
+                    "cost_self_ms": 100.0,
+                    "cost_other_ms": 50.0 if label else 200.0,
+                }
+            )
+    a = train.Args()
+    a.select_max_depth, a.select_min_child_weight, a.select_margin = [2], [1.0], [0.0]
+    a.select_boosting = [(100, 0.3)]
+    a.select_feature_sets = {"rtt-only": ["rtt_avg_ms", "retran_rate"], "with-ratio": ["rtt_avg_ms", "ttfb_rtt_ratio"]}
+    X = {k: train.matrix(rows, v) for k, v in a.select_feature_sets.items()}
+    y = np.array([r["label"] for r in rows])
+    groups = train.group_ids(rows)
+    gap = train.cost_gap(rows)
+    cfg, scored = train.select(np.arange(len(y)), X, y, gap, groups, a, 4)
+    assert cfg["features"] == "with-ratio"
+    assert {s["features"]: s["grouped_accuracy"] for s in scored}["with-ratio"] > 0.95
+    honest = train.nested(X, y, gap, groups, a)
+    assert honest["accuracy"] > 0.95 > honest["majority_floor"] + 0.2

@@ -52,7 +52,7 @@ def plan(s: sc.Scenario, out: Path) -> tuple[list[sc.Condition], list[Run]]:
                         condition=c,
                         policy=p,
                         repetition=rep,
-                        link_seed=sc.link_seed(s, c, rep),
+                        link_seed=(sc.link_seed(s, c, rep) + p.link_seed_offset) % 2**32,
                         workload_seed=sc.workload_seed(s, rep),
                         dir=out / "runs" / run_id,
                     )

@@ -25,10 +25,11 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gearbox.lab import oracle
 from gearbox.lab import scenario as sc
 from gearbox.lab.collect import collect, read_records, without_model
 from gearbox.lab.environment import LabError, check_emulator, find_gearbox
@@ -230,6 +231,8 @@ def run_scenario(
                 shutil.rmtree(p)
             else:
                 p.unlink(missing_ok=True)
+    if jobs > 1 and any(oracle.wants_oracle(p.load_args) for p in s.policies):
+        raise LabError("the live oracle (--gear oracle) reads the static runs before it runs: use --jobs 1")
     conds, runs, emu = prepare(s, out, gearbox)
     cert, key = out / "cert.pem", out / "key.pem"
     if not (cert.exists() and key.exists()):
@@ -251,7 +254,7 @@ def run_scenario(
             for run in runs:
                 if bar is not None:
                     bar.set_postfix_str(f"{run.condition.id} {run.policy.name} r{run.repetition}")
-                res = run_one(s, run, emu[run.condition.id], gearbox, cert, key)
+                res = run_one(s, with_oracle(s, run, results), emu[run.condition.id], gearbox, cert, key)
                 results.append(res)
                 _note(res, bar, log)
         else:
@@ -271,6 +274,21 @@ def run_scenario(
     table = collect(out)
     summary = summarize(out, table)
     return Outcome(out=out, results=results, summary=summary)
+
+
+def with_oracle(s: sc.Scenario, run: Run, done: list[RunResult]) -> Run:
+    """The run itself, or for a live-oracle policy (`--gear oracle`, lab/oracle.py) the run
+    with `--gear-config` pointing at the schedule made from the finished `tcp` and `quic`
+    runs of its condition and repetition."""
+    if not oracle.wants_oracle(run.policy.load_args):
+        return run
+    static = {
+        r.policy: (Path(r.dir), r.started_unix_ms)
+        for r in done
+        if r.condition_id == run.condition.id and r.repetition == run.repetition and r.policy in ("tcp", "quic")
+    }
+    path = oracle.gear_config_for_run(run.dir, static, sc.phases(s))
+    return replace(run, policy=replace(run.policy, load_args=[*run.policy.load_args, "--gear-config", str(path)]))
 
 
 def _note(res: RunResult, bar: Any, log: Callable[[str], None]) -> None:

@@ -40,7 +40,8 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
-# Table I's seven features, in Table I order (crates/gearbox-gears/src/transport/features.rs).
+# Table I's seven features in Table I order, then gearbox's four that make policing and
+# blackholes visible (crates/gearbox-gears/src/transport/features.rs; gearbox.wisetrans.features).
 FEATURES = (
     "retran_rate",
     "rtt_avg_ms",
@@ -49,6 +50,10 @@ FEATURES = (
     "ttfb_ms",
     "ttfb_rate",
     "req_cmpl_goodput_mbps",
+    "ttfb_rtt_ratio",
+    "cost_rtt_ratio",
+    "fail_rate",
+    "loss_streak",
 )
 
 
@@ -62,9 +67,16 @@ class Args:
             "scenarios/wisetrans-dataset-wsp.toml",
             "scenarios/wisetrans-dataset-traces.toml",
             "scenarios/wisetrans-dataset-policer.toml",
-            "scenarios/wisetrans-dataset-wsp2.toml",
             "scenarios/wisetrans-dataset-udp.toml",
             "scenarios/wisetrans-dataset-traces2.toml",
+            # Population parts (issue 19): eight clients on eight links per run, so eight
+            # conditions per run; they replace wsp2 (20 single-path conditions, 40 runs), which
+            # no longer fits the ~45 minutes of lab time with them.
+            "scenarios/wisetrans-dataset-popa.toml",
+            "scenarios/wisetrans-dataset-popb.toml",
+            "scenarios/wisetrans-dataset-popc.toml",
+            "scenarios/wisetrans-dataset-popd.toml",
+            "scenarios/wisetrans-dataset-pope.toml",
         ]
     )
     out: str = "out/wisetrans/dataset"  # lab result folders, one per scenario (by its name's last part)
@@ -244,19 +256,43 @@ def paired_runs(lab_out: Path) -> Iterable[tuple[dict[str, Any], Path, Path]]:
         yield conds[cid], Path(r["dir"]), Path(by[(cid, rep, "quic")]["dir"])
 
 
+def client_prefix(record: dict[str, Any]) -> int:
+    """The emulated client's /24 prefix from its local address (docs/emu.md: prefix i has
+    `100.(64 + i / 256).(i % 256).h`); 0 for any other address (the single topology's)."""
+    host = str(record.get("local_addr", "")).rsplit(":", 1)[0].strip("[]")
+    parts = host.split(".")
+    if len(parts) == 4 and parts[0] == "100" and all(p.isdigit() for p in parts):
+        return (int(parts[1]) - 64) * 256 + int(parts[2])
+    return 0
+
+
+def by_prefix(records: Sequence[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """A run's records split by client prefix: in the population topology each prefix has
+    its own link, so each is a network condition of its own (one prefix otherwise)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(client_prefix(r), []).append(r)
+    return out
+
+
 def rows_of_lab(lab_out: Path, part: str, a: Args) -> list[dict[str, Any]]:
+    """Labelled rows of every condition of a lab folder; in a population run, of every
+    client prefix separately (`group` = part/condition/prefix, the unit of grouped CV)."""
     rows = []
     for cond, tcp_dir, quic_dir in paired_runs(lab_out):
-        rt, rq = client_records(tcp_dir), client_records(quic_dir)
-        tags = {
-            "part": part,
-            "condition_id": cond["condition_id"],
-            "condition": cond["label"],
-            "run": tcp_dir.name.rsplit("-", 2)[0],
-        }
-        for proto, p, q in (("tcp", rt, rq), ("quic", rq, rt)):
-            for row in label_rows(p, q, proto, a.window_ms, a.failed_cost_ms):
-                rows.append({**tags, **row})
+        rt, rq = by_prefix(client_records(tcp_dir)), by_prefix(client_records(quic_dir))
+        for prefix in sorted(set(rt) & set(rq)):
+            tags = {
+                "part": part,
+                "condition_id": cond["condition_id"],
+                "condition": cond["label"],
+                "prefix": prefix,
+                "group": f"{part}/{cond['condition_id']}/p{prefix}",
+                "run": tcp_dir.name.rsplit("-", 2)[0],
+            }
+            for proto, p, q in (("tcp", rt[prefix], rq[prefix]), ("quic", rq[prefix], rt[prefix])):
+                for row in label_rows(p, q, proto, a.window_ms, a.failed_cost_ms):
+                    rows.append({**tags, **row})
     return rows
 
 

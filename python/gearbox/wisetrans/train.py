@@ -18,9 +18,19 @@
    (resp_rec_goodput_mbps) and loss (retran_rate) -> models/wisetrans/strawman.json in raw
    units (z = intercept + rtt_ms*RTT + btlbw_mbps*BW + loss_rate*loss).
 
-The folds are the seed's plain shuffled 10 folds. Rows of one run are correlated in time, so
-plain folds are optimistic; the summary also gives XGBoost's accuracy with folds grouped by
-condition (no condition in both train and test), the honest number for a small dataset.
+The folds of 1-3 are the seed's plain shuffled 10 folds. Rows of one run are correlated in
+time, so plain folds are optimistic: a model recognises the condition.
+
+**The exported models are selected by condition-grouped CV** (issue 19; never shuffled
+rows): `select()` scores a small grid (feature set x max_depth x min_child_weight x label
+margin) with sklearn's GroupKFold over conditions (a population run's client prefixes are
+conditions of their own, dataset.py `group`), and the best configuration is fitted on all
+rows and exported. `nested()` says how good that procedure is on conditions it has not
+seen: outer grouped folds, the selection run inside each outer training set, the chosen
+model scored on the outer test conditions, against the majority floor (the outer training
+set's more common label answered for every test row). Label margin m: training rows whose
+two costs differ by less than m x the larger one are left out of fitting (the label of a
+near-tie is noise); every row is scored.
 """
 
 from __future__ import annotations
@@ -52,7 +62,25 @@ class Args:
     learning_rate: float = 0.3  # XGBoost's default eta
     grid_max_depth: list[int] = field(default_factory=lambda: [1, 3, 5, 7, 9, 11])  # Fig. 14's x-axis range
     grid_min_child_weight: list[float] = field(default_factory=lambda: [1.0, 3.0, 5.0, 7.0])  # Fig. 14's y-axis
-    top_k: dict[str, int] = field(default_factory=lambda: {"tcp": 7, "quic": 5})  # §IV-B1
+    top_k: dict[str, int] = field(default_factory=lambda: {"tcp": 7, "quic": 5})  # §IV-B1 (importance table)
+    # Grouped model selection (module doc). Feature sets: Table I's seven, all eleven, and
+    # gearbox's four with the two path features (RTT, retransmissions).
+    select_feature_sets: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "table1": list(FEATURES[:7]),
+            "all": list(FEATURES),
+            "path+new": ["retran_rate", "rtt_avg_ms", "ttfb_rtt_ratio", "cost_rtt_ratio", "fail_rate", "loss_streak"],
+        }
+    )
+    select_max_depth: list[int] = field(default_factory=lambda: [3, 5])
+    select_min_child_weight: list[float] = field(default_factory=lambda: [1.0, 100.0])
+    select_margin: list[float] = field(default_factory=lambda: [0.0, 0.2])
+    # (trees, learning rate): the seed's defaults, and a slower, smaller ensemble that fits
+    # the training conditions less closely.
+    select_boosting: list[tuple[int, float]] = field(default_factory=lambda: [(100, 0.3), (50, 0.1)])
+    clear_margin: float = 0.2  # nested(): also scored on the rows whose label is this clear
+    select_folds: int = 5  # grouped folds of the selection (and of nested()'s outer loop)
+    select_inner_folds: int = 3  # nested(): grouped folds of the selection inside each outer fold
     mlp_hidden: tuple[int, int] = (128, 64)  # §IV-E2 footnote 4
     mlp_max_iter: int = 300
     # Stop when 10% held-out rows stop improving for 10 epochs (sklearn's early_stopping):
@@ -67,14 +95,20 @@ class Args:
     bench_model: str | None = None
 
 
-def xgb(a: Args, max_depth: int | None = None, min_child_weight: float | None = None) -> Any:
+def xgb(
+    a: Args,
+    max_depth: int | None = None,
+    min_child_weight: float | None = None,
+    n_estimators: int | None = None,
+    learning_rate: float | None = None,
+) -> Any:
     from xgboost import XGBClassifier
 
     return XGBClassifier(
-        n_estimators=a.n_estimators,
+        n_estimators=a.n_estimators if n_estimators is None else n_estimators,
         max_depth=a.max_depth if max_depth is None else max_depth,
         min_child_weight=a.min_child_weight if min_child_weight is None else min_child_weight,
-        learning_rate=a.learning_rate,
+        learning_rate=a.learning_rate if learning_rate is None else learning_rate,
         objective="binary:logistic",
         tree_method="hist",
         n_jobs=1,
@@ -150,6 +184,120 @@ def cross_validate(model: Any, X: np.ndarray, y: np.ndarray, a: Args, groups: np
     }
 
 
+def group_ids(rows: list[dict]) -> np.ndarray:
+    """The unit of grouped CV: dataset.py's `group` (part/condition/prefix), or part/condition."""
+    return np.array([r.get("group") or f"{r['part']}/{r['condition_id']}" for r in rows])
+
+
+def cost_gap(rows: list[dict]) -> np.ndarray:
+    """|cost_self - cost_other| / the larger: how clear a row's label is (0: a tie)."""
+    a = np.array([r["cost_self_ms"] for r in rows], dtype=float)
+    b = np.array([r["cost_other_ms"] for r in rows], dtype=float)
+    return np.abs(a - b) / np.maximum(np.maximum(a, b), 1e-9)
+
+
+def selection_grid(a: Args) -> list[dict[str, Any]]:
+    return [
+        {"features": f, "max_depth": d, "min_child_weight": w, "margin": m, "n_estimators": n, "learning_rate": lr}
+        for f in a.select_feature_sets
+        for d in a.select_max_depth
+        for w in a.select_min_child_weight
+        for m in a.select_margin
+        for n, lr in a.select_boosting
+    ]
+
+
+def fit_config(
+    cfg: dict[str, Any], rows_idx: np.ndarray, X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, a: Args
+) -> Any:
+    """XGBoost of a configuration on the rows `rows_idx`, near-ties under its margin left out
+    (all of them if that would leave one class)."""
+    keep = rows_idx[gap[rows_idx] >= cfg["margin"]]
+    if len(set(y[keep].tolist())) < 2:
+        keep = rows_idx
+    model = xgb(a, cfg["max_depth"], cfg["min_child_weight"], cfg["n_estimators"], cfg["learning_rate"])
+    return model.fit(X[cfg["features"]][keep], y[keep])
+
+
+def grouped_folds(idx: np.ndarray, groups: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.model_selection import GroupKFold
+
+    k = min(n, len(set(groups[idx].tolist())))
+    return [(idx[tr], idx[te]) for tr, te in GroupKFold(n_splits=k).split(idx, groups=groups[idx])]
+
+
+def select(
+    idx: np.ndarray, X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, groups: np.ndarray, a: Args, folds: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The grid's configuration with the best mean grouped-CV accuracy on rows `idx`."""
+    if len(set(y[idx].tolist())) < 2:
+        grid = selection_grid(a)
+        return grid[0], []
+    splits = grouped_folds(idx, groups, folds)
+    scored = []
+    for cfg in selection_grid(a):
+        accs = []
+        for tr, te in splits:
+            if len(set(y[tr].tolist())) < 2:
+                continue
+            accs.append(float((fit_config(cfg, tr, X, y, gap, a).predict(X[cfg["features"]][te]) == y[te]).mean()))
+        scored.append({**cfg, "grouped_accuracy": float(np.mean(accs)) if accs else 0.0})
+    best = max(scored, key=lambda c: c["grouped_accuracy"])
+    return {k: v for k, v in best.items() if k != "grouped_accuracy"}, scored
+
+
+def nested(X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, groups: np.ndarray, a: Args) -> dict[str, Any]:
+    """Grouped accuracy of select()-then-fit on conditions it never saw, with the majority floor."""
+    acc, floor, chosen, clear_hits, clear_floor, clear_n = [], [], [], 0, 0, 0
+    for tr, te in grouped_folds(np.arange(len(y)), groups, a.select_folds):
+        cfg, _ = select(tr, X, y, gap, groups, a, a.select_inner_folds)
+        majority = int(y[tr].mean() >= 0.5)
+        if len(set(y[tr].tolist())) < 2:
+            pred = np.full(len(te), majority)
+        else:
+            pred = fit_config(cfg, tr, X, y, gap, a).predict(X[cfg["features"]][te])
+        acc.append(float((pred == y[te]).mean()))
+        floor.append(float((y[te] == majority).mean()))
+        chosen.append(cfg)
+        clear = gap[te] >= a.clear_margin
+        clear_hits += int((pred[clear] == y[te][clear]).sum())
+        clear_floor += int((y[te][clear] == majority).sum())
+        clear_n += int(clear.sum())
+    return {
+        "accuracy": float(np.mean(acc)),
+        "majority_floor": float(np.mean(floor)),
+        # The same predictions on the rows whose two costs differ by >= clear_margin.
+        "clear_rows": clear_n,
+        "accuracy_clear": clear_hits / clear_n if clear_n else None,
+        "majority_floor_clear": clear_floor / clear_n if clear_n else None,
+        "per_fold": [{"accuracy": x, "majority_floor": f, **c} for x, f, c in zip(acc, floor, chosen, strict=True)],
+    }
+
+
+def fixed_grouped(
+    cfg: dict[str, Any], X: dict[str, np.ndarray], y: np.ndarray, gap: np.ndarray, groups: np.ndarray, a: Args
+) -> float:
+    """One fixed configuration fitted and scored on nested()'s outer grouped folds."""
+    accs = [
+        float((fit_config(cfg, tr, X, y, gap, a).predict(X[cfg["features"]][te]) == y[te]).mean())
+        for tr, te in grouped_folds(np.arange(len(y)), groups, a.select_folds)
+        if len(set(y[tr].tolist())) == 2
+    ]
+    return float(np.mean(accs)) if accs else 0.0
+
+
+def seed_point(a: Args, features: str) -> dict[str, Any]:
+    """§IV-B1's configuration (depth 7, min_child_weight 1, XGBoost's 100 trees at eta 0.3) on a feature set."""
+    return {
+        "features": features,
+        "max_depth": a.max_depth,
+        "min_child_weight": a.min_child_weight,
+        "margin": 0.0,
+        "n_estimators": a.n_estimators,
+        "learning_rate": a.learning_rate,
+    }
+
+
 def load_rows(a: Args) -> Any:
     import pyarrow.parquet as pq
 
@@ -160,7 +308,7 @@ def matrix(rows: list[dict], names: list[str] | tuple[str, ...]) -> np.ndarray:
     return np.array([[np.nan if r[n] is None else r[n] for n in names] for r in rows], dtype=np.float64)
 
 
-def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int) -> None:
+def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int, cfg: dict[str, Any] | None = None) -> None:
     from xgboost import __version__ as xgb_version
 
     from gearbox.models.sidecar import Feature, Sidecar, sha256_file, write_sidecar
@@ -178,8 +326,11 @@ def export_xgb(model: Any, names: list[str], path: Path, a: Args, rows: int) -> 
             training_data_file=a.dataset,
             training_rows=rows,
             class_labels=["stay", "switch"],
-            trainer=f"python/gearbox/wisetrans/train.py (xgboost {xgb_version}, max_depth {a.max_depth}, "
-            f"min_child_weight {a.min_child_weight:g}, {a.n_estimators} trees)",
+            trainer=f"python/gearbox/wisetrans/train.py (xgboost {xgb_version}, max_depth "
+            f"{(cfg or {}).get('max_depth', a.max_depth)}, min_child_weight "
+            f"{(cfg or {}).get('min_child_weight', a.min_child_weight):g}, "
+            f"label margin {(cfg or {}).get('margin', 0.0):g}, {(cfg or {}).get('n_estimators', a.n_estimators)} "
+            f"trees, eta {(cfg or {}).get('learning_rate', a.learning_rate):g}; selected by condition-grouped CV)",
         ),
     )
 
@@ -250,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     a.export_only = ns.export_only
     if a.quick:
         a.folds, a.grid_max_depth, a.grid_min_child_weight, a.mlp_max_iter = 3, [3, 7], [1.0, 5.0], 50
+        a.select_max_depth, a.select_min_child_weight, a.select_margin = [3], [1.0], [0.0, 0.2]
+        a.select_boosting = [(20, 0.3)]
+        a.select_folds = a.select_inner_folds = 2
     np.random.seed(a.seed)
     rows = load_rows(a)
     model_dir = REPO_ROOT / a.model_dir
@@ -260,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     for proto in ("tcp", "quic"):
         mine = [r for r in rows if r["protocol"] == proto]
         X, y = matrix(mine, FEATURES), np.array([r["label"] for r in mine], dtype=int)
-        groups = np.array([f"{r['part']}/{r['condition_id']}" for r in mine])
+        groups = group_ids(mine)
         print(f"[{proto}] {len(y)} rows, {y.sum()} switch ({y.mean():.1%}), {len(set(groups.tolist()))} conditions")
 
         # 1. Fig. 14: grid search with 10-fold CV.
@@ -305,12 +459,29 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"[{proto}] top {len(top)}: {', '.join(top)}")
 
-        # 4. The exported model on the top features, and its honest (grouped) accuracy.
+        # 4. The exported model: the configuration that grouped CV selects, fitted on all rows;
+        # nested() says how the selection does on conditions it has not seen.
+        X_sets = {name: matrix(mine, names) for name, names in a.select_feature_sets.items()}
+        gap = cost_gap(mine)
+        everything = np.arange(len(y))
+        cfg, scored = select(everything, X_sets, y, gap, groups, a, a.select_folds)
+        honest = nested(X_sets, y, gap, groups, a)
+        # The seed's point on the same outer folds: what the features alone and the selection add.
+        seed_grouped = {f: fixed_grouped(seed_point(a, f), X_sets, y, gap, groups, a) for f in ("table1", "all")}
+        print(f"[{proto}] the seed's point on the same outer grouped folds: {seed_grouped}")
+        top = list(a.select_feature_sets[cfg["features"]])
         Xt = matrix(mine, top)
-        plain = cross_validate(xgb(a), Xt, y, a)
-        grouped = cross_validate(xgb(a), Xt, y, a, groups=groups)
-        model = xgb(a).fit(Xt, y)
-        export_xgb(model, top, model_dir / f"{proto}.json", a, len(y))
+        plain = cross_validate(
+            xgb(a, cfg["max_depth"], cfg["min_child_weight"], cfg["n_estimators"], cfg["learning_rate"]), Xt, y, a
+        )
+        selected_acc = max((c["grouped_accuracy"] for c in scored), default=None)
+        model = fit_config(cfg, everything, X_sets, y, gap, a)
+        export_xgb(model, top, model_dir / f"{proto}.json", a, len(y), cfg)
+        print(
+            f"[{proto}] selected by grouped CV: {cfg} (grouped acc {selected_acc}); nested grouped acc "
+            f"{honest['accuracy']:.4f} vs majority floor {honest['majority_floor']:.4f}; on rows with a clear label "
+            f"{honest['accuracy_clear']} vs {honest['majority_floor_clear']}"
+        )
         if a.bench_model and proto == "tcp":
             big = xgb(a)
             big.set_params(n_estimators=300)
@@ -331,7 +502,18 @@ def main(argv: list[str] | None = None) -> int:
             "conditions": len(set(groups.tolist())),
             "features": top,
             "cv_accuracy": plain["accuracy"],
-            "grouped_cv_accuracy": grouped["accuracy"],
+            "selected": cfg,
+            # The selected configuration's mean grouped-CV accuracy (optimistic: chosen on these folds).
+            "grouped_cv_accuracy": selected_acc,
+            # select()-then-fit scored on outer grouped folds (the honest number) and the floor.
+            "nested_grouped_accuracy": honest["accuracy"],
+            "nested_majority_floor": honest["majority_floor"],
+            "nested_accuracy_clear": honest["accuracy_clear"],
+            "nested_majority_floor_clear": honest["majority_floor_clear"],
+            "nested_clear_rows": honest["clear_rows"],
+            "nested_per_fold": honest["per_fold"],
+            "seed_point_grouped_accuracy": seed_grouped,
+            "selection": scored,
             # What always answering the more common class scores: the floor a classifier must beat.
             "majority_share": float(max(y.mean(), 1 - y.mean())),
             "fig14_best": best,
@@ -340,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(
             f"[{proto}] exported {model_dir / f'{proto}.json'}: 10-fold acc {plain['accuracy']:.4f}, "
-            f"grouped by condition {grouped['accuracy']:.4f}; {model_dir / f'mlp-{proto}.json'}: "
+            f"nested grouped {honest['accuracy']:.4f}; {model_dir / f'mlp-{proto}.json'}: "
             f"{net[-1].n_iter_} epochs, {mlp_fit_s:.1f} s, training acc {mlp_acc:.4f}"
         )
 

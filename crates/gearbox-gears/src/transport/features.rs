@@ -25,6 +25,20 @@
 //! TTFB and RCT are the client's (docs/client.md): from the request's start to the
 //! first body byte, and to the last.
 //!
+//! Four more, gearbox's addition to Table I (issue 19: Table I's features describe a
+//! protocol's own queue, and a policed or blackholed UDP path hides in them; the seed's
+//! §II-B names UDP policing as what makes QUIC lose). Same window, same "ok" rule:
+//!
+//! | name | definition |
+//! |---|---|
+//! | `ttfb_rtt_ratio` | `ttfb_avg_ms / rtt_avg_ms`: round trips to the first byte. About 1-2 on a clean path (one for the request, more for a new connection's handshake); a policer that drops or queues the protocol's packets makes it grow while the smoothed RTT, taken from the packets that got through, does not |
+//! | `cost_rtt_ratio` | mean over ok requests of `rct_ms / (1 + bytes / 14600)` (the Probe Agent's size-normalised cost: a response within the initial window takes about one round trip whatever its size), divided by `rtt_avg_ms`: round trips per request. A rate limit below the path's rate raises it |
+//! | `fail_rate` | failed requests (not ok) / requests in the window. A blocked protocol's requests fail (the client gives up on a silent QUIC path in seconds, docs/client.md) |
+//! | `loss_streak` | the number of most recent requests in a row, newest first, that failed or whose connection lost packets since its previous record: the request-level view of consecutive losses and probe timeouts (the snapshot carries no PTO count) |
+//!
+//! `gearbox.wisetrans.features` is the same code in Python; both are checked against one
+//! test-vector file, `crates/gearbox-gears/tests/vectors/wisetrans_features.json`.
+//!
 //! Sums are kept running (added on arrival, subtracted on departure) so an update is
 //! O(1); rejected alternative: recomputing over the window on every request, which costs
 //! microseconds once the window holds hundreds of requests.
@@ -36,8 +50,8 @@ use gearbox_gear_api::ClientRecord;
 
 use super::Transport;
 
-/// Every feature name, in Table I order.
-pub const FEATURE_NAMES: [&str; 7] = [
+/// Every feature name: Table I's seven in Table I order, then gearbox's four (module doc).
+pub const FEATURE_NAMES: [&str; 11] = [
     "retran_rate",
     "rtt_avg_ms",
     "resp_rec_goodput_mbps",
@@ -45,7 +59,15 @@ pub const FEATURE_NAMES: [&str; 7] = [
     "ttfb_ms",
     "ttfb_rate",
     "req_cmpl_goodput_mbps",
+    "ttfb_rtt_ratio",
+    "cost_rtt_ratio",
+    "fail_rate",
+    "loss_streak",
 ];
+
+/// Response bytes a request carries in about one round trip: ten 1460-byte segments, the
+/// initial window (the Probe Agent's default `size_norm_bytes`), for `cost_rtt_ratio`.
+pub const COST_NORM_BYTES: f64 = 14_600.0;
 
 /// The TCP model's features: Table I's top 7 by rank for TCP (§IV-B1), in rank order.
 pub const TCP_FEATURES: [&str; 7] = [
@@ -67,7 +89,7 @@ pub const QUIC_FEATURES: [&str; 5] = [
     "rtt_avg_ms",
 ];
 
-/// The seven features of one protocol at one moment (NaN: missing).
+/// The features of one protocol at one moment (NaN: missing).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Features {
     /// Lost / sent packets in the window.
@@ -84,6 +106,14 @@ pub struct Features {
     pub ttfb_rate: f64,
     /// Request completion goodput, Mbit/s.
     pub req_cmpl_goodput_mbps: f64,
+    /// `ttfb_avg_ms / rtt_avg_ms`.
+    pub ttfb_rtt_ratio: f64,
+    /// Mean size-normalised RCT of ok requests / `rtt_avg_ms`.
+    pub cost_rtt_ratio: f64,
+    /// Failed / all requests in the window.
+    pub fail_rate: f64,
+    /// Most recent requests in a row that failed or saw their connection lose packets.
+    pub loss_streak: f64,
     /// Requests in the window (ok or not).
     pub requests: usize,
     /// Ok requests in the window.
@@ -101,12 +131,16 @@ impl Features {
             "ttfb_ms" => self.ttfb_ms,
             "ttfb_rate" => self.ttfb_rate,
             "req_cmpl_goodput_mbps" => self.req_cmpl_goodput_mbps,
+            "ttfb_rtt_ratio" => self.ttfb_rtt_ratio,
+            "cost_rtt_ratio" => self.cost_rtt_ratio,
+            "fail_rate" => self.fail_rate,
+            "loss_streak" => self.loss_streak,
             _ => return None,
         })
     }
 
-    /// `(name, value)` pairs in Table I order.
-    pub fn pairs(&self) -> [(&'static str, f64); 7] {
+    /// `(name, value)` pairs in [`FEATURE_NAMES`] order.
+    pub fn pairs(&self) -> [(&'static str, f64); 11] {
         [
             ("retran_rate", self.retran_rate),
             ("rtt_avg_ms", self.rtt_avg_ms),
@@ -115,6 +149,10 @@ impl Features {
             ("ttfb_ms", self.ttfb_ms),
             ("ttfb_rate", self.ttfb_rate),
             ("req_cmpl_goodput_mbps", self.req_cmpl_goodput_mbps),
+            ("ttfb_rtt_ratio", self.ttfb_rtt_ratio),
+            ("cost_rtt_ratio", self.cost_rtt_ratio),
+            ("fail_rate", self.fail_rate),
+            ("loss_streak", self.loss_streak),
         ]
     }
 }
@@ -132,6 +170,8 @@ struct Sample {
     rtt_ms: f64,
     sent: f64,
     lost: f64,
+    /// Failed, or its connection lost packets since its previous record.
+    lossy: bool,
 }
 
 /// Running sums over a window's samples.
@@ -149,6 +189,8 @@ struct Sums {
     /// Bytes and receive interval of ok requests with both a TTFB and an RCT.
     recv_bytes: f64,
     recv_ms: f64,
+    /// Σ rct / (1 + bytes / COST_NORM_BYTES) of ok requests.
+    cost: f64,
 }
 
 impl Sums {
@@ -163,6 +205,7 @@ impl Sums {
             self.ok_n += sign;
             self.ok_bytes += sign * s.bytes;
             self.rct += sign * s.rct_ms;
+            self.cost += sign * s.rct_ms / (1.0 + s.bytes / COST_NORM_BYTES);
             if s.ttfb_ms.is_finite() {
                 self.ttfb += sign * s.ttfb_ms;
                 self.ttfb_n += sign;
@@ -222,17 +265,29 @@ impl Window {
             .find(|x| x.ok && x.ttfb_ms.is_finite())
             .map_or(f64::NAN, |x| x.ttfb_ms);
         let ttfb_avg_ms = div(s.ttfb, s.ttfb_n);
+        let rtt_avg_ms = div(s.rtt, s.rtt_n);
+        let n = self.samples.len() as f64;
+        let ok_n = s.ok_n.round().max(0.0);
+        let loss_streak = self.samples.iter().rev().take_while(|x| x.lossy).count();
         Features {
             retran_rate: div(s.lost, s.sent),
-            rtt_avg_ms: div(s.rtt, s.rtt_n),
+            rtt_avg_ms,
             // bits / (ms * 1000) = Mbit/s
             resp_rec_goodput_mbps: div(s.recv_bytes * 8.0, s.recv_ms * 1e3),
             ttfb_avg_ms,
             ttfb_ms,
             ttfb_rate: div(ttfb_ms, ttfb_avg_ms),
             req_cmpl_goodput_mbps: div(s.ok_bytes * 8.0, s.rct * 1e3),
+            ttfb_rtt_ratio: div(ttfb_avg_ms, rtt_avg_ms),
+            cost_rtt_ratio: div(div(s.cost, ok_n), rtt_avg_ms),
+            fail_rate: div(n - ok_n, n),
+            loss_streak: if self.samples.is_empty() {
+                f64::NAN
+            } else {
+                loss_streak as f64
+            },
             requests: self.samples.len(),
-            ok_requests: s.ok_n.round().max(0.0) as usize,
+            ok_requests: ok_n as usize,
         }
     }
 }
@@ -296,6 +351,7 @@ impl FeatureExtractor {
                 .unwrap_or(f64::NAN),
             sent: sent as f64,
             lost: lost as f64,
+            lossy: !ok || lost > 0,
         };
         let (window, cap) = (self.window, self.max_requests);
         let w = self.window_mut(transport);

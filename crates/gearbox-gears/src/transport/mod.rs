@@ -40,6 +40,7 @@
 
 pub mod features;
 pub mod monitor;
+pub mod oracle;
 pub mod probe;
 pub mod race;
 pub mod rollback;
@@ -59,6 +60,7 @@ pub use gearbox_gear_api::Transport;
 
 pub use features::{FeatureExtractor, Features, FEATURE_NAMES, QUIC_FEATURES, TCP_FEATURES};
 pub use monitor::{NetworkMonitor, MLP_PREFIX};
+pub use oracle::{Oracle, OracleStep};
 pub use probe::{trimmed_mean_drop_farthest, two_most_similar_mean, ProbeAgent};
 pub use race::Race;
 pub use rollback::{RollbackChecker, Verdict};
@@ -90,11 +92,15 @@ pub enum Mode {
     /// Chromium-style racing ([`TransportChoice::Race`]).
     #[serde(rename = "race")]
     Race,
+    /// The live oracle: the protocol of each phase as the lab's static runs found it,
+    /// from [`TransportConfig::oracle_schedule`] ([`oracle`]).
+    #[serde(rename = "oracle")]
+    Oracle,
 }
 
 impl Mode {
     /// Every mode, in the order the CLI lists them.
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::Tcp,
         Mode::Quic,
         Mode::WiseTransV1,
@@ -102,6 +108,7 @@ impl Mode {
         Mode::Strawman,
         Mode::Mlp,
         Mode::Race,
+        Mode::Oracle,
     ];
 
     /// The mode's name.
@@ -114,6 +121,7 @@ impl Mode {
             Mode::Strawman => "strawman",
             Mode::Mlp => "mlp",
             Mode::Race => "race",
+            Mode::Oracle => "oracle",
         }
     }
 }
@@ -126,7 +134,7 @@ impl std::fmt::Display for Mode {
 
 /// A name that is not a [`Mode`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport gear {name:?}; valid: tcp, quic, wisetrans-v1, wisetrans-v2, strawman, mlp, race")]
+#[error("unknown transport gear {name:?}; valid: tcp, quic, wisetrans-v1, wisetrans-v2, strawman, mlp, race, oracle")]
 pub struct UnknownMode {
     /// The name given.
     pub name: String,
@@ -235,6 +243,10 @@ pub struct TransportConfig {
     pub switch_on_failure: bool,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
+    /// Mode `oracle` only: the protocol per phase, `[[oracle_schedule]] from_ms = 0,
+    /// choice = "quic"`, `from_ms` after the gear's first request, in time order
+    /// ([`oracle`]; the lab writes it from the static runs, docs/wisetrans.md, `oracle.rs`).
+    pub oracle_schedule: Vec<OracleStep>,
 }
 
 impl Default for TransportConfig {
@@ -260,6 +272,7 @@ impl Default for TransportConfig {
             rollback_verify: true,
             switch_on_failure: true,
             max_origins: 256,
+            oracle_schedule: Vec::new(),
         }
     }
 }
@@ -322,6 +335,12 @@ impl TransportConfig {
         ];
         if let Some((field, _)) = non_negative.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
             return Err((field, "must be a finite number, 0 or more"));
+        }
+        if self.oracle_schedule.windows(2).any(|w| w[1].from_ms < w[0].from_ms) {
+            return Err((
+                "oracle_schedule",
+                "steps must be in time order (from_ms not decreasing)",
+            ));
         }
         Ok(())
     }
@@ -494,6 +513,7 @@ pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportCon
         Mode::Strawman => Box::new(Strawman::load(model_dir, config)),
         Mode::Mlp => Box::new(WiseTrans::mlp(model_dir, config)),
         Mode::Race => Box::new(Race::new()),
+        Mode::Oracle => Box::new(Oracle::new(&config)),
     }
 }
 
@@ -501,6 +521,41 @@ pub fn transport_gear(mode: Mode, model_dir: Option<&Path>, config: TransportCon
 mod tests {
     use super::*;
     use gearbox_gear_api::Protocol;
+
+    #[test]
+    fn the_oracle_schedule_reads_from_a_gear_config_file_and_must_be_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("oracle.toml");
+        std::fs::write(
+            &path,
+            "[[oracle_schedule]]\nfrom_ms = 0\nchoice = \"quic\"\n\n[[oracle_schedule]]\nfrom_ms = 6500\nchoice = \"tcp\"\n",
+        )
+        .unwrap();
+        let c = TransportConfig::from_file(&path).unwrap();
+        assert_eq!(
+            c.oracle_schedule,
+            vec![
+                OracleStep {
+                    from_ms: 0,
+                    choice: Transport::Quic
+                },
+                OracleStep {
+                    from_ms: 6500,
+                    choice: Transport::Tcp
+                },
+            ]
+        );
+        std::fs::write(
+            &path,
+            "[[oracle_schedule]]\nfrom_ms = 10\nchoice = \"quic\"\n[[oracle_schedule]]\nfrom_ms = 5\nchoice = \"tcp\"\n",
+        )
+        .unwrap();
+        let msg = TransportConfig::from_file(&path).unwrap_err().to_string();
+        assert!(msg.contains("oracle_schedule") && msg.contains("time order"), "{msg}");
+        std::fs::write(&path, "[[oracle_schedule]]\nfrom_ms = 0\nchoice = \"sctp\"\n").unwrap();
+        let msg = TransportConfig::from_file(&path).unwrap_err().to_string();
+        assert!(msg.contains("oracle.toml:3"), "{msg}");
+    }
 
     #[test]
     fn a_gear_config_file_sets_fields_keeps_defaults_and_names_bad_ones() {

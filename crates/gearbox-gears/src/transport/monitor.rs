@@ -283,6 +283,10 @@ mod tests {
             ttfb_ms: 80.0,
             ttfb_rate: 1.0,
             req_cmpl_goodput_mbps: 5.0,
+            ttfb_rtt_ratio: 1.6,
+            cost_rtt_ratio: 2.0,
+            fail_rate: 0.0,
+            loss_streak: 0.0,
             requests: 5,
             ok_requests: 5,
         }

@@ -99,6 +99,9 @@ class Policy:
     baseline: bool = False
     label: str = ""
     model_dir: str | None = None
+    # Added to the run's link seed: another draw of loss and jitter for the same requests
+    # (the noise floor's second TCP-only run, lab/oracle.py). 0: the seed every policy shares.
+    link_seed_offset: int = 0
 
 
 @dataclass

@@ -322,6 +322,7 @@ def _policies(t: Table, base: Path) -> list[Policy]:
                 baseline=d.bool("baseline", plain),
                 label=d.str("label", builtin[1] if plain and builtin else name),
                 model_dir=paths.get("--model-dir"),
+                link_seed_offset=d.int("link_seed_offset", 0, lo=0, hi=2**31 - 1),
             )
         )
         d.done()
