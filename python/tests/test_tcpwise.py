@@ -9,6 +9,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -515,3 +517,19 @@ def test_the_learner_converges_within_delta_of_the_known_best_in_ten_iterations(
     for c, b in best.items():
         # alpha is the IW of least p80 of the last interval; from iteration 10 on, within ±Δ.
         assert all(abs(a - b) <= cfg.delta for a in history[c][9:]), (c, b, history[c])
+
+
+def test_gearbox_learn_tcpwise_runs_the_learner(gearbox_bin: Path, tmp_path: Path):
+    (tmp_path / "in.toml").write_text(GOOD)
+    write_jsonl(tmp_path / "edge.jsonl", ab_records("10.1.2.0/24", [10, 15], {10: 100.0, 15: 80.0}, 100))
+    env = {**os.environ, "GEARBOX_PYTHON": sys.executable}
+    out = tmp_path / "out.toml"
+    args = ["--telemetry", str(tmp_path / "edge.jsonl"), "--table", str(tmp_path / "in.toml"), "--out", str(out)]
+    done = subprocess.run([str(gearbox_bin), "learn", "tcpwise", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert read_table(out).index()[("10.1.2.0/24", 13)].iw == (15, 20)
+    shown = subprocess.run([str(gearbox_bin), "learn", "tcpwise", "--help"], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: gearbox learn tcpwise")
+    (tmp_path / "in.toml").write_text("version = 1\ncap = 5000\n")
+    bad = subprocess.run([str(gearbox_bin), "learn", "tcpwise", *args], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "in.toml: field `cap`" in bad.stderr

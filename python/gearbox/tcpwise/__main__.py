@@ -1,6 +1,7 @@
 """`gearbox learn tcpwise` (also `python -m gearbox.tcpwise learn`): TCP WISE's Performance
 Oriented Learning (§IV-C, Algorithm 1) over the edge's telemetry, writing the next Cwnd Table.
 
+    gearbox learn tcpwise --telemetry DIR --table IN.toml --out OUT.toml   # the same, from the Rust binary
     python -m gearbox.tcpwise learn --telemetry DIR --table IN.toml --out OUT.toml [--since-ms T]
     python -m gearbox.tcpwise learn ... --every 60 [--iterations N]   # the loop, one decision per θ
 
@@ -24,19 +25,40 @@ from gearbox.tcpwise.learner import LearnResult, learn
 from gearbox.tcpwise.records import IwSample, ReadStats, RecordError, TelemetryReader
 from gearbox.tcpwise.table import CwndTable, TableError, read_table, write_table
 
+LEARN_PROG = "gearbox learn tcpwise"
 
-def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("learn", help="write the next Cwnd Table from the edge's telemetry (Algorithm 1)")
+
+def _add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--telemetry", type=Path, required=True, help="folder of edge *.jsonl files, or one file")
     p.add_argument("--table", type=Path, required=True, help="the current Cwnd Table (TOML)")
     p.add_argument("--out", type=Path, required=True, help="where to write the next table (atomically)")
     p.add_argument("--since-ms", type=float, default=None, help="only records with time_unix_ms after this")
-    p.add_argument("--every", type=float, default=None, metavar="SECONDS", help="loop: one decision per θ seconds")
+    p.add_argument(
+        "--every",
+        type=float,
+        nargs="?",
+        const=0.0,
+        default=None,
+        metavar="SECONDS",
+        help="loop: one decision per θ seconds (alone: the config's theta_s, 60 s)",
+    )
     p.add_argument("--iterations", type=int, default=None, help="with --every: stop after this many decisions")
     p.add_argument("--config", type=Path, default=None, help="TOML file whose [tcpwise] table sets the parameters")
     p.add_argument("--fast-start", action="store_true", help="start `others` from the fast start set (§IV-C3)")
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    """`python -m gearbox.tcpwise learn ...`; as `gearbox learn tcpwise ...` (prog), the learn
+    command's options directly, since the Rust front door has already named the command."""
+    fmt = argparse.RawTextHelpFormatter
+    if prog == LEARN_PROG:
+        parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=fmt)
+        _add_learn_args(parser)
+        parser.set_defaults(command="learn")
+        return parser
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_learn_args(sub.add_parser("learn", help="write the next Cwnd Table from the edge's telemetry (Algorithm 1)"))
     return parser
 
 
@@ -89,9 +111,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         config = load_config(args.config) if args.config else LearnConfig()
         if args.fast_start:
             config = dataclasses.replace(config, fast_start=True)
-        if args.every is not None and not args.every > 0:
-            raise ConfigError(f"--every {args.every}: θ must be positive seconds")
-        run_learn(args.telemetry, args.table, args.out, config, args.since_ms, args.every, args.iterations)
+        every = config.theta_s if args.every == 0.0 else args.every
+        if every is not None and not every > 0:
+            raise ConfigError(f"--every {every}: θ must be positive seconds")
+        if args.iterations is not None and args.iterations < 1:
+            raise ConfigError(f"--iterations {args.iterations}: at least 1")
+        run_learn(args.telemetry, args.table, args.out, config, args.since_ms, every, args.iterations)
     except (ConfigError, TableError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -101,4 +126,4 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog=sys.argv[0] if sys.argv[0].startswith("gearbox") else None))
+    sys.exit(main(prog=LEARN_PROG if sys.argv[0] == LEARN_PROG else None))
