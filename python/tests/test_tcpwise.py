@@ -233,12 +233,15 @@ def test_only_the_latest_run_of_a_set_counts(tmp_path: Path):
     assert r.table.index()[("10.1.2.0/24", 13)].iw == (10, 5) and r.stale == 201
 
 
-def test_a_table_without_others_gets_the_startup_or_fast_start_set():
+def test_a_table_without_others_gets_the_startup_or_fast_start_set(tmp_path: Path):
     r = learn(table(), [], CFG, T0)
     assert [(e.prefix, e.iw) for e in r.table.entries] == [("others", (10, 15))]
     r = learn(table(), [], LearnConfig(fast_start=True), T0)
     (e,) = r.table.entries
     assert e.iw == (10, 15, 20, 25, 30) and e.chance_alpha == pytest.approx(0.2)
+    with pytest.raises(TableError, match="two whole numbers"):  # the edge takes two IWs
+        write_table(r.table, tmp_path / "t.toml")
+    write_table(r.table, tmp_path / "t.toml", LearnConfig(fast_start=True).max_set)
 
 
 def test_a_kept_entry_keeps_collecting_and_a_moved_one_starts_afresh(tmp_path: Path):
@@ -302,6 +305,10 @@ def test_a_table_round_trips(tmp_path: Path):
         (GOOD.replace('"others"', '"10.1.2.0/24"\nhour = 13'), "duplicate of cluster[0]"),
         (GOOD.replace('"10.1.2.0/24"', '"10.1.2.300/24"'), "field `prefix`"),
         (GOOD.replace("hour = 13", "hour = 24"), "field `hour`"),
+        (
+            GOOD.replace("iw = [10, 15]\nchance", "iw = [10, 15, 20]\nchance"),
+            "line 5 cluster[0]: field `iw` must be a list of two",
+        ),
     ],
 )
 def test_a_bad_table_is_refused_naming_file_and_field(tmp_path: Path, text: str, message: str):
@@ -361,10 +368,11 @@ def test_reader_skips_client_event_and_iwless_records_and_failed_responses(tmp_p
         {k: v for k, v in record("others", [10, 15], 10, 50.0).items() if k != "iw"},
         record("others", [10, 15], 10, None),
         {**record("others", [10, 15], 10, 50.0), "error": "reset"},
+        {**record("others", [10, 15], 10, 50.0), "iw": {"iw": 10, "source": "static"}},
     ]
     samples, stats = read_samples(write_jsonl(tmp_path / "a.jsonl", recs))
     assert len(samples) == 1 and samples[0].rtt_ms == 20.0 and samples[0].retransmits == 0
-    assert (stats.not_edge, stats.no_iw, stats.no_latency) == (2, 2, 2)
+    assert (stats.not_edge, stats.no_iw, stats.no_latency) == (2, 3, 2)
 
 
 def test_a_malformed_line_names_file_and_line(tmp_path: Path):
@@ -486,7 +494,7 @@ def test_the_learner_converges_within_delta_of_the_known_best_in_ten_iterations(
     run_learn(tel, tmp_path / "in.toml", current, cfg, log=lambda _: None)  # no records yet: the startup table
     history: dict[str, list[int]] = {c: [] for c in paths}
     for it in range(12):
-        t = read_table(current)
+        t = read_table(current, cfg.max_set)
         idx = t.index()
         recs = []
         for c, (bdp, rtt) in paths.items():
@@ -510,7 +518,7 @@ def test_the_learner_converges_within_delta_of_the_known_best_in_ten_iterations(
         out = tmp_path / f"t{it:02d}.toml"
         run_learn(tel, current, out, cfg, since_ms=T0 + it * 60_000 - 1, log=lambda _: None)
         current = out
-        nxt = read_table(out).index()
+        nxt = read_table(out, cfg.max_set).index()
         for c in paths:
             e = nxt.get((f"{c}.0/24", 16))
             history[c].append(e.iw[0] if e else -1)

@@ -85,7 +85,7 @@ def run_learn(
     log: Callable[[str], None] = print,
 ) -> CwndTable:
     """The command: one decision, or one per θ with `every_s`; returns the last table written."""
-    table = read_table(table_path)
+    table = read_table(table_path, config.max_set)
     reader = TelemetryReader(telemetry, since_ms)
     carried: list[IwSample] = []
     done = 0
@@ -94,7 +94,7 @@ def run_learn(
             sleep(every_s)
         samples, stats = reader.read_new()
         result = learn(table, carried + samples, config, int(time.time() * 1000))
-        write_table(result.table, out)
+        write_table(result.table, out, config.max_set)
         for key, d in result.decisions.items():
             if d.moved:
                 log(f"  {key[0]} hour {'*' if key[1] is None else key[1]}: {d.reason}")

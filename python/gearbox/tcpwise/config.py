@@ -43,7 +43,8 @@ class LearnConfig:
     """The performance objective, a latency percentile (§IV-C2: the 80th)."""
     fast_start: bool = False
     """Start a table without an `others` entry from `fast_start_set` instead of (α, α + Δ)
-    (§IV-C3: "the size of initial IW set could be more than two for fast converging")."""
+    (§IV-C3: "the size of initial IW set could be more than two for fast converging"). The
+    edge takes two IWs per entry today and refuses such a table (docs/tcpwise.md)."""
     fast_start_set: tuple[int, ...] = field(default=FAST_START_SET)
     """The fast start's initial set, packets."""
     prefix_v4: int = 24
@@ -79,6 +80,11 @@ class LearnConfig:
             problems.append(f"prefix_v4 {self.prefix_v4} / prefix_v6 {self.prefix_v6} outside [8, 32] / [16, 128]")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def max_set(self) -> int:
+        """The most IWs a table entry may hold: the edge's two, the fast start's set size when on."""
+        return max(2, len(self.fast_start_set)) if self.fast_start else 2
 
     @property
     def startup_set(self) -> tuple[int, ...]:

@@ -4,10 +4,10 @@ Data Collector; docs/tcpwise.md "What the edge records", docs/telemetry.md).
 One sample per response: the cluster and hour the edge matched, the IW set it drew from, the IW
 it drew, and the response's latency, `server_time_ms` (first byte sent to last byte
 acknowledged, the seed's "TCP latency"). Client records, event records, records without `iw`
-and failed responses (an `error`, or no `server_time_ms`) are skipped and counted. A line that
-is not JSON, or an `iw` object of the wrong shape, is an error naming the file and line, except
-the file's last line when it has no newline yet: the edge may be writing it (a torn line), and
-it is read on the next pass.
+or with a static one (`iw.source = "static"`, no table), and failed responses (an `error`, or
+no `server_time_ms`) are skipped and counted. A line that is not JSON, or an `iw` object of the
+wrong shape, is an error naming the file and line, except the file's last line when it has no
+newline yet: the edge may be writing it (a torn line), and it is read on the next pass.
 
 `TelemetryReader` remembers how far it has read each file, so that the learner's loop
 (`--every`) reads every record once even when it is written after the interval it belongs to
@@ -109,6 +109,9 @@ def sample_from_record(rec: Any, where: str, stats: ReadStats) -> IwSample | Non
         return None
     if not isinstance(iw, dict):
         raise RecordError(f"{where}: field `iw` must be an object, got {iw!r}")
+    if iw.get("source") == "static":  # `--initial-window`: no table, nothing to learn from
+        stats.no_iw += 1
+        return None
     cluster, hour, iw_set, chosen = iw.get("cluster"), iw.get("hour"), iw.get("iw_set"), iw.get("iw")
     if not isinstance(cluster, str):
         raise RecordError(f"{where}: field `iw.cluster` must be a string, got {cluster!r}")

@@ -1,11 +1,12 @@
 """The Cwnd Table (TCP WISE §IV-A, "Cwnd Table"): reading, validating and writing the TOML
 file the edge applies and the learner rewrites (docs/tcpwise.md, "The Cwnd Table").
 
-Validation is the edge's: IWs in [3, cap], cap ≤ 1000, `chance_alpha` in [0, 1], no duplicate
-(prefix, hour), no unknown field; an error names the file, the entry's line and the field, so
-that a table the learner accepts is one the edge accepts. The table is written atomically
-(a temporary file in the same folder, fsync, rename): an edge that polls the file sees the old
-table or the new one, never half of one. Writing in place was rejected for exactly that.
+Validation is the edge's (`gearbox_gears::tcpwise::table`): two IWs per entry, each in
+[3, cap], cap ≤ 1000, `chance_alpha` in [0, 1], no duplicate (prefix, hour), no unknown field;
+an error names the file, the entry's line and the field, so that a table the learner accepts
+is one the edge accepts. The table is written atomically (a temporary file in the same folder,
+fsync, rename): an edge that polls the file sees the old table or the new one, never half of
+one. Writing in place was rejected for exactly that.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import tomli_w
 OTHERS = "others"
 MAX_CAP = 1000
 MIN_IW = 3
+EDGE_SET_SIZE = 2
+"""IWs per entry the edge accepts (α, β); only the fast start's tables hold more (§IV-C3)."""
 TOP_FIELDS = {"version", "cap", "created_unix_ms", "cluster"}
 ENTRY_FIELDS = {"prefix", "hour", "iw", "chance_alpha", "best", "reason"}
 _CLUSTER_HEADER = re.compile(r"^\s*\[\[\s*cluster\s*\]\]")
@@ -80,9 +83,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def table_from_mapping(doc: dict[str, Any], source: str, entry_lines: list[int] | None = None) -> CwndTable:
+def table_from_mapping(
+    doc: dict[str, Any], source: str, entry_lines: list[int] | None = None, max_set: int = EDGE_SET_SIZE
+) -> CwndTable:
     """Validates a parsed table; `source` (the file) and `entry_lines` (each `[[cluster]]`'s
-    line) name the place of an error."""
+    line) name the place of an error. `max_set`: the most IWs an entry may hold (the edge's 2;
+    more only for the fast start, which the edge does not take yet)."""
 
     def where(i: int) -> str:
         line = f" line {entry_lines[i]}" if entry_lines and i < len(entry_lines) else ""
@@ -122,8 +128,9 @@ def table_from_mapping(doc: dict[str, Any], source: str, entry_lines: list[int] 
         if hour is not None and (not _is_int(hour) or not 0 <= hour <= 23):
             raise TableError(f"{where(i)}: field `hour` must be 0-23, got {hour!r}")
         iw = raw.get("iw")
-        if not isinstance(iw, list) or len(iw) < 2 or not all(_is_int(v) for v in iw):
-            raise TableError(f"{where(i)}: field `iw` must be a list of two or more whole numbers, got {iw!r}")
+        if not isinstance(iw, list) or not 2 <= len(iw) <= max_set or not all(_is_int(v) for v in iw):
+            size = "two" if max_set == 2 else f"two to {max_set}"
+            raise TableError(f"{where(i)}: field `iw` must be a list of {size} whole numbers (α, β), got {iw!r}")
         for v in iw:
             if not MIN_IW <= v <= cap:
                 raise TableError(f"{where(i)}: field `iw` value {v} is outside [{MIN_IW}, cap {cap}]")
@@ -147,23 +154,23 @@ def table_from_mapping(doc: dict[str, Any], source: str, entry_lines: list[int] 
     return CwndTable(version, cap, created, entries)
 
 
-def parse_table(text: str, source: str) -> CwndTable:
+def parse_table(text: str, source: str, max_set: int = EDGE_SET_SIZE) -> CwndTable:
     """Parses and validates the text of a table; `source` names it in errors."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:  # its message says the line and column
         raise TableError(f"{source}: not valid TOML: {e}") from None
     lines = [n for n, line in enumerate(text.splitlines(), start=1) if _CLUSTER_HEADER.match(line)]
-    return table_from_mapping(doc, source, lines)
+    return table_from_mapping(doc, source, lines, max_set)
 
 
-def read_table(path: Path) -> CwndTable:
+def read_table(path: Path, max_set: int = EDGE_SET_SIZE) -> CwndTable:
     """Reads and validates the Cwnd Table at `path`."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TableError(f"{path}: cannot read: {e}") from None
-    return parse_table(text, str(path))
+    return parse_table(text, str(path), max_set)
 
 
 def table_to_mapping(table: CwndTable) -> dict[str, Any]:
@@ -187,18 +194,18 @@ def table_to_mapping(table: CwndTable) -> dict[str, Any]:
     return doc
 
 
-def dumps_table(table: CwndTable) -> str:
+def dumps_table(table: CwndTable, max_set: int = EDGE_SET_SIZE) -> str:
     """The TOML text of `table`, validated first (the learner never writes a table the edge refuses)."""
     doc = table_to_mapping(table)
-    table_from_mapping(doc, "the table to write")
+    table_from_mapping(doc, "the table to write", max_set=max_set)
     return tomli_w.dumps(doc)
 
 
-def write_table(table: CwndTable, path: Path) -> None:
+def write_table(table: CwndTable, path: Path, max_set: int = EDGE_SET_SIZE) -> None:
     """Writes `table` to `path` atomically: a temporary file beside it, flushed to disk, then
     renamed over `path` (rename is atomic within one file system, so a reader sees the old
     file or the new one, whole)."""
-    text = dumps_table(table)
+    text = dumps_table(table, max_set)
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
