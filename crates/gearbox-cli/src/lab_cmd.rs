@@ -24,25 +24,27 @@ pub struct LabArgs {
     args: Vec<String>,
 }
 
-/// Runs `-m gearbox.lab` through `runpy`, after checking that the package is
-/// importable, so that a missing package gets a sentence instead of a traceback.
+/// Runs `-m MODULE` through `runpy` (argv: `-c BOOTSTRAP MODULE PROG ARGS...`), after
+/// checking that the package is importable, so that a missing package gets a sentence
+/// instead of a traceback. `PROG` becomes `sys.argv[0]`, the name the module's usage shows.
 const BOOTSTRAP: &str = r#"
 import importlib.util, runpy, sys
+module, prog = sys.argv[1], sys.argv[2]
 if sys.version_info < (3, 11):
-    sys.stderr.write("gearbox lab needs Python 3.11+, %s is %s: run scripts/setup.sh\n" % (sys.executable, sys.version.split()[0]))
+    sys.stderr.write("%s needs Python 3.11+, %s is %s: run scripts/setup.sh\n" % (prog, sys.executable, sys.version.split()[0]))
     sys.exit(2)
 try:
-    found = importlib.util.find_spec("gearbox.lab") is not None
+    found = importlib.util.find_spec(module) is not None
 except ImportError:
     found = False
 if not found:
     sys.stderr.write(
-        "gearbox lab: the Python package gearbox.lab is not installed for %s: run scripts/setup.sh "
-        "(or scripts/python-setup.sh)\n" % sys.executable
+        "%s: the Python package %s is not installed for %s: run scripts/setup.sh "
+        "(or scripts/python-setup.sh)\n" % (prog, module, sys.executable)
     )
     sys.exit(2)
-sys.argv[0] = "gearbox lab"
-runpy.run_module("gearbox.lab", run_name="__main__", alter_sys=True)
+sys.argv = [prog] + sys.argv[3:]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
 "#;
 
 /// The repository root when this binary is `<repo>/target/<profile>/gearbox`.
@@ -53,6 +55,12 @@ fn repo_root(exe: &Path) -> Option<PathBuf> {
 
 /// The command that runs the Python lab with `args`, and the Python it uses.
 pub(crate) fn python_lab(args: &[String]) -> anyhow::Result<(Command, OsString)> {
+    python_module("gearbox.lab", "gearbox lab", args)
+}
+
+/// The command that runs `python -m module` with `args` (its usage naming `prog`), and the
+/// Python it uses.
+pub(crate) fn python_module(module: &str, prog: &str, args: &[String]) -> anyhow::Result<(Command, OsString)> {
     let exe = std::env::current_exe().ok();
     let repo = exe.as_deref().and_then(repo_root);
     let venv_python = repo.as_ref().map(|r| r.join(".venv").join("bin").join("python"));
@@ -64,7 +72,7 @@ pub(crate) fn python_lab(args: &[String]) -> anyhow::Result<(Command, OsString)>
         },
     };
     let mut cmd = Command::new(&python);
-    cmd.arg("-c").arg(BOOTSTRAP).args(args);
+    cmd.arg("-c").arg(BOOTSTRAP).arg(module).arg(prog).args(args);
     if std::env::var_os("GEARBOX_BIN").is_none() {
         if let Some(exe) = &exe {
             cmd.env("GEARBOX_BIN", exe);
@@ -80,10 +88,10 @@ pub(crate) fn python_lab(args: &[String]) -> anyhow::Result<(Command, OsString)>
     Ok((cmd, python))
 }
 
-/// Why the lab's Python could not be started.
+/// Why the lab's (or a learner's) Python could not be started.
 pub(crate) fn start_error(python: &OsString, err: &std::io::Error) -> anyhow::Error {
     anyhow::anyhow!(
-        "gearbox lab needs Python 3.11+ with the gearbox package, but `{}` could not be started ({err}): \
+        "gearbox's Python side (lab, learners) needs Python 3.11+ with the gearbox package, but `{}` could not be started ({err}): \
          run scripts/setup.sh, or set GEARBOX_PYTHON",
         Path::new(python).display()
     )

@@ -13,6 +13,7 @@ mod demo_cmd;
 mod edge_cmd;
 mod emu_cmd;
 mod lab_cmd;
+mod learn_cmd;
 mod sim_cmd;
 mod trace_cmd;
 
@@ -45,6 +46,8 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Lab: scenarios, experiment runs across emulated paths, reports (`gearbox lab --help`).
     Lab(lab_cmd::LabArgs),
+    /// Learners: a gear's next table from telemetry (`gearbox learn tcpwise --help`).
+    Learn(learn_cmd::LearnArgs),
     /// The virtual-time simulator: real QUIC over the lab's link model, no root (docs/sim.md).
     Sim(sim_cmd::SimArgs),
     /// Synthetic link traces for scenarios (used by the lab).
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Emu(a) => emu_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Lab(a) => lab_cmd::run(a),
+        Command::Learn(a) => learn_cmd::run(a),
         Command::Sim(a) => sim_cmd::run(a),
         Command::Trace(a) => trace_cmd::run(a),
     };

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -126,4 +127,5 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog=LEARN_PROG if sys.argv[0] == LEARN_PROG else None))
+    # `gearbox learn tcpwise` (crates/gearbox-cli/src/learn_cmd.rs) says so in the environment.
+    sys.exit(main(prog=LEARN_PROG if os.environ.get("GEARBOX_LEARN_PROG") == LEARN_PROG else None))

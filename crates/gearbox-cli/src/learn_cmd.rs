@@ -1,0 +1,45 @@
+//! `gearbox learn`: the learners that turn telemetry into a gear's tables are Python; this
+//! subcommand execs them with the same arguments, the way `gearbox lab` does (lab_cmd.rs
+//! says which Python and how it is found).
+//!
+//! `gearbox learn tcpwise ...` is `python -m gearbox.tcpwise learn ...`: TCP WISE's
+//! Performance Oriented Learning (seed §IV-C, Algorithm 1), which reads the edge's telemetry
+//! and writes the next Cwnd Table (docs/tcpwise.md, "Learning").
+
+use std::os::unix::process::CommandExt;
+
+use clap::{Args, Subcommand};
+
+/// Arguments of `gearbox learn`: which learner, then its own arguments.
+#[derive(Args, Debug)]
+pub struct LearnArgs {
+    #[command(subcommand)]
+    learner: Learner,
+}
+
+/// The learners.
+#[derive(Subcommand, Debug)]
+enum Learner {
+    /// TCP WISE: the next Cwnd Table from edge telemetry (`gearbox learn tcpwise --help`).
+    Tcpwise(PassedArgs),
+}
+
+/// Everything after the learner's name, passed on untouched (`--help` is the Python side's).
+#[derive(Args, Debug)]
+#[command(disable_help_flag = true, disable_version_flag = true)]
+struct PassedArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// Execs the learner; returns only on failure to start it.
+pub fn run(a: LearnArgs) -> anyhow::Result<()> {
+    let (module, prog, args) = match a.learner {
+        Learner::Tcpwise(p) => ("gearbox.tcpwise", "gearbox learn tcpwise", p.args),
+    };
+    let (mut cmd, python) = crate::lab_cmd::python_module(module, prog, &args)?;
+    // runpy replaces argv[0] with the module's path: the usage's name goes by the environment.
+    cmd.env("GEARBOX_LEARN_PROG", prog);
+    let err = cmd.exec();
+    Err(crate::lab_cmd::start_error(&python, &err))
+}
