@@ -38,23 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gearbox.wisetrans.features import FEATURE_NAMES
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # Table I's seven features in Table I order, then gearbox's four that make policing and
-# blackholes visible (crates/gearbox-gears/src/transport/features.rs; gearbox.wisetrans.features).
-FEATURES = (
-    "retran_rate",
-    "rtt_avg_ms",
-    "resp_rec_goodput_mbps",
-    "ttfb_avg_ms",
-    "ttfb_ms",
-    "ttfb_rate",
-    "req_cmpl_goodput_mbps",
-    "ttfb_rtt_ratio",
-    "cost_rtt_ratio",
-    "fail_rate",
-    "loss_streak",
-)
+# blackholes visible: one list, kept beside its Python transcription of features.rs.
+FEATURES = FEATURE_NAMES
 
 
 @dataclass
