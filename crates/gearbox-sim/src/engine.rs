@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gearbox_cc::{CcConfig, Cca, QuicCc, SwitchHandle, SwitchMode};
 use gearbox_gear_api::{ClientRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 use gearbox_link::Link;
 use gearbox_workload::{Limit, Request, WorkloadSpec};
@@ -91,6 +92,13 @@ struct ServerConn {
     conn: Connection,
     /// Per stream: bytes of the request read so far (the first 8 say the response size).
     streams: BTreeMap<StreamId, Response>,
+    /// Index of the connection in accept order (the client's connection of the same
+    /// index: one path, so handshakes arrive in order).
+    index: usize,
+    /// The controller's handle, for the suite's controllers (quinn's cannot switch).
+    handle: Option<SwitchHandle>,
+    /// Counters at the previous monitor read: (time, sent, lost, delivered bytes).
+    last: (Duration, u64, u64, u64),
 }
 
 fn setup_error(e: impl std::fmt::Display) -> SimError {
@@ -100,7 +108,7 @@ fn setup_error(e: impl std::fmt::Display) -> SimError {
 /// Server and client QUIC configs: a fresh Ed25519 certificate (fixed-size signatures,
 /// so every run's handshake has the same packet sizes), the run's controller and
 /// initial window on both ends.
-fn quic_configs(config: &SimConfig) -> Result<(ServerConfig, ClientConfig), SimError> {
+fn quic_configs(config: &SimConfig) -> Result<(Arc<dyn quinn_proto::crypto::ServerConfig>, ClientConfig), SimError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(setup_error)?;
     let cert = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()])
@@ -127,19 +135,19 @@ fn quic_configs(config: &SimConfig) -> Result<(ServerConfig, ClientConfig), SimE
     client_tls.alpn_protocols = vec![ALPN.to_vec()];
 
     let cc = config.quic_cc().map_err(setup_error)?;
-    let transport = |factory| {
-        let mut t = TransportConfig::default();
-        t.congestion_controller_factory(factory)
-            .max_concurrent_bidi_streams(1024u32.into());
-        Arc::new(t)
-    };
     let server_crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?;
-    let mut server = ServerConfig::with_crypto(Arc::new(server_crypto));
-    server.transport_config(transport(cc.factory(config.initial_window).map_err(setup_error)?));
     let client_crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?;
     let mut client = ClientConfig::new(Arc::new(client_crypto));
     client.transport_config(transport(cc.factory(None).map_err(setup_error)?));
-    Ok((server, client))
+    Ok((Arc::new(server_crypto), client))
+}
+
+/// The transport config both ends use, with `factory`'s controller.
+fn transport(factory: Arc<dyn quinn_proto::congestion::ControllerFactory + Send + Sync>) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.congestion_controller_factory(factory)
+        .max_concurrent_bidi_streams(1024u32.into());
+    Arc::new(t)
 }
 
 fn seed_bytes(seed: u64, salt: u8) -> [u8; 32] {
@@ -157,6 +165,13 @@ struct Sim {
     client: Endpoint,
     server: Endpoint,
     client_config: ClientConfig,
+    /// The server's TLS, the controller and its initial window: each accepted
+    /// connection gets its own config, so each suite controller its own handle.
+    server_crypto: Arc<dyn quinn_proto::crypto::ServerConfig>,
+    cc: QuicCc,
+    cc_config: Arc<CcConfig>,
+    initial_window: Option<u32>,
+    accepted: usize,
     clients: Vec<ClientConn>,
     by_handle: HashMap<ConnectionHandle, usize>,
     servers: HashMap<ConnectionHandle, ServerConn>,
@@ -166,59 +181,19 @@ struct Sim {
     completed: usize,
     cc_name: String,
     buf: Vec<u8>,
+    /// Records already handed out by [`Session::take_records`].
+    taken: usize,
+    /// Completion times (ms) of requests finished since the previous monitor read, by
+    /// client connection.
+    period_rcts: HashMap<usize, Vec<f64>>,
 }
 
 /// Runs one simulation to its end (every request done, or the virtual-time limit).
 pub fn run(config: &SimConfig) -> Result<SimOutcome, SimError> {
-    let workload = WorkloadSpec::load(&config.workload).map_err(|e| SimError::Config {
-        file: PathBuf::from(&config.workload),
-        message: format!("workload: {e}"),
-    })?;
-    let requests = workload.generate(config.seed, Limit::DurationMs(config.duration_s * 1e3));
-    let link = |c: &gearbox_link::LinkConfig, salt: u64| {
-        Link::new(c.clone(), config.seed.wrapping_mul(0x9e37_79b9).wrapping_add(salt)).map_err(setup_error)
-    };
-    let down = link(&config.down, 1)?;
-    let up = link(config.up.as_ref().unwrap_or(&config.down), 2)?;
-    let (server_config, client_config) = quic_configs(config)?;
-    let endpoint_config = Arc::new(EndpointConfig::default());
-    let mut sim = Sim {
-        base: Instant::now(),
-        now: Duration::ZERO,
-        down,
-        up,
-        client: Endpoint::new(endpoint_config.clone(), None, false, Some(seed_bytes(config.seed, 3))),
-        server: Endpoint::new(
-            endpoint_config,
-            Some(Arc::new(server_config)),
-            false,
-            Some(seed_bytes(config.seed, 4)),
-        ),
-        client_config,
-        clients: Vec::new(),
-        by_handle: HashMap::new(),
-        servers: HashMap::new(),
-        pending: requests
-            .into_iter()
-            .map(|req| Pending {
-                req,
-                conn: 0,
-                stream: None,
-                written: 0,
-                sent_at: None,
-                first_byte_at: None,
-                received: 0,
-                new_connection: false,
-            })
-            .collect(),
-        next_request: 0,
-        records: Vec::new(),
-        completed: 0,
-        cc_name: config.cc.clone(),
-        buf: Vec::with_capacity(64 * 1024),
-    };
-    let limit = Duration::from_secs_f64(config.time_limit_s());
-    let timed_out = sim.run_until(limit)?;
+    let mut session = Session::new(config)?;
+    let limit = session.limit;
+    let done = session.sim.run_until(limit)?;
+    let sim = session.sim;
     let stats = (sim.down.stats().delivered_packets, sim.up.stats().delivered_packets);
     Ok(SimOutcome {
         requests: sim.pending.len(),
@@ -226,8 +201,215 @@ pub fn run(config: &SimConfig) -> Result<SimOutcome, SimError> {
         records: sim.records,
         simulated: sim.now,
         packets: stats.0 + stats.1,
-        timed_out,
+        timed_out: !done,
     })
+}
+
+/// One server connection as a learner sees it at a decision point (Floo §3.2, Table 2),
+/// over the period since the previous [`Session::monitor`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConnectionMonitor {
+    /// Connection index (accept order; the client records' `conn_id` - 1).
+    pub conn: usize,
+    /// Running controller (`None` for quinn's built-ins, which the simulator cannot read).
+    pub cca: Option<&'static str>,
+    /// Its phase.
+    pub phase: Option<&'static str>,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Intended sending rate, bytes per second.
+    pub pacing_rate: u64,
+    /// Max delivery rate (bottleneck bandwidth estimate), bytes per second.
+    pub max_delivery_rate: u64,
+    /// Latest delivery-rate sample, bytes per second.
+    pub delivery_rate: u64,
+    /// Min RTT, ms.
+    pub min_rtt_ms: f64,
+    /// Smoothed RTT, ms.
+    pub srtt_ms: f64,
+    /// RTT variation, ms.
+    pub rttvar_ms: f64,
+    /// Bytes lost over bytes sent in the period.
+    pub loss_rate: f64,
+    /// Bytes acknowledged per second in the period.
+    pub goodput: f64,
+    /// Bytes sent in the period.
+    pub bytes_sent: u64,
+    /// Response bytes the server has not handed to QUIC yet.
+    pub unsent_bytes: u64,
+    /// Completion times of the requests on this connection that finished in the period, ms.
+    pub rcts_ms: Vec<f64>,
+}
+
+/// A simulation a learner steps through: advance virtual time, read each connection's
+/// monitor, switch a connection's controller (Floo §3.3-3.4).
+pub struct Session {
+    sim: Sim,
+    limit: Duration,
+}
+
+impl Session {
+    /// Sets a simulation up at time zero.
+    pub fn new(config: &SimConfig) -> Result<Session, SimError> {
+        let workload = WorkloadSpec::load(&config.workload).map_err(|e| SimError::Config {
+            file: PathBuf::from(&config.workload),
+            message: format!("workload: {e}"),
+        })?;
+        let requests = workload.generate(config.seed, Limit::DurationMs(config.duration_s * 1e3));
+        let link = |c: &gearbox_link::LinkConfig, salt: u64| {
+            Link::new(c.clone(), config.seed.wrapping_mul(0x9e37_79b9).wrapping_add(salt)).map_err(setup_error)
+        };
+        let down = link(&config.down, 1)?;
+        let up = link(config.up.as_ref().unwrap_or(&config.down), 2)?;
+        let (server_crypto, client_config) = quic_configs(config)?;
+        let endpoint_config = Arc::new(EndpointConfig::default());
+        let sim = Sim {
+            base: Instant::now(),
+            now: Duration::ZERO,
+            down,
+            up,
+            client: Endpoint::new(endpoint_config.clone(), None, false, Some(seed_bytes(config.seed, 3))),
+            server: Endpoint::new(
+                endpoint_config,
+                Some(Arc::new(ServerConfig::with_crypto(server_crypto.clone()))),
+                false,
+                Some(seed_bytes(config.seed, 4)),
+            ),
+            client_config,
+            server_crypto,
+            cc: config.quic_cc().map_err(setup_error)?,
+            cc_config: Arc::new(CcConfig::default()),
+            initial_window: config.initial_window,
+            accepted: 0,
+            clients: Vec::new(),
+            by_handle: HashMap::new(),
+            servers: HashMap::new(),
+            pending: requests
+                .into_iter()
+                .map(|req| Pending {
+                    req,
+                    conn: 0,
+                    stream: None,
+                    written: 0,
+                    sent_at: None,
+                    first_byte_at: None,
+                    received: 0,
+                    new_connection: false,
+                })
+                .collect(),
+            next_request: 0,
+            records: Vec::new(),
+            completed: 0,
+            cc_name: config.cc.clone(),
+            buf: Vec::with_capacity(64 * 1024),
+            taken: 0,
+            period_rcts: HashMap::new(),
+        };
+        Ok(Session {
+            sim,
+            limit: Duration::from_secs_f64(config.time_limit_s()),
+        })
+    }
+
+    /// Simulated time now.
+    pub fn now(&self) -> Duration {
+        self.sim.now
+    }
+
+    /// Whether every request is done or the virtual-time limit is reached.
+    pub fn finished(&self) -> bool {
+        self.sim.completed == self.sim.pending.len() || self.sim.now >= self.limit
+    }
+
+    /// Runs `dt` of simulated time (less at the limit, or when every request is done).
+    /// Returns [`Session::finished`].
+    pub fn advance(&mut self, dt: Duration) -> Result<bool, SimError> {
+        let target = (self.sim.now + dt).min(self.limit);
+        self.sim.run_until(target)?;
+        Ok(self.finished())
+    }
+
+    /// Every live server connection's monitor over the period since the previous call.
+    pub fn monitor(&mut self) -> Vec<ConnectionMonitor> {
+        let now = self.sim.now;
+        let mut rcts = std::mem::take(&mut self.sim.period_rcts);
+        let ms = |d: Duration| {
+            if d == Duration::MAX {
+                f64::NAN
+            } else {
+                d.as_secs_f64() * 1e3
+            }
+        };
+        let mut out: Vec<ConnectionMonitor> = self
+            .sim
+            .servers
+            .values_mut()
+            .map(|s| {
+                let status = s.handle.as_ref().and_then(|h| h.status());
+                let stats = s.conn.stats();
+                let (sent, lost, delivered) = match &status {
+                    Some(st) => (st.path.sent, st.path.lost, st.path.delivered),
+                    None => (stats.udp_tx.bytes, stats.path.lost_bytes, 0),
+                };
+                let (t0, s0, l0, d0) = s.last;
+                s.last = (now, sent, lost, delivered);
+                let dt = now.saturating_sub(t0).as_secs_f64();
+                let sent_p = sent.saturating_sub(s0);
+                ConnectionMonitor {
+                    conn: s.index,
+                    cca: status.as_ref().map(|st| st.cca.name()),
+                    phase: status.as_ref().map(|st| st.phase),
+                    cwnd_bytes: status.as_ref().map_or(stats.path.cwnd, |st| st.cwnd),
+                    pacing_rate: status.as_ref().map_or(0, |st| st.pacing_rate),
+                    max_delivery_rate: status.as_ref().map_or(0, |st| st.path.btl_bw),
+                    delivery_rate: status.as_ref().map_or(0, |st| st.path.delivery_rate),
+                    min_rtt_ms: status.as_ref().map_or(ms(stats.path.min_rtt), |st| ms(st.path.min_rtt)),
+                    srtt_ms: status.as_ref().map_or(ms(stats.path.rtt), |st| ms(st.path.srtt)),
+                    rttvar_ms: status.as_ref().map_or(f64::NAN, |st| ms(st.path.rttvar)),
+                    loss_rate: if sent_p > 0 {
+                        lost.saturating_sub(l0) as f64 / sent_p as f64
+                    } else {
+                        0.0
+                    },
+                    goodput: if dt > 0.0 {
+                        delivered.saturating_sub(d0) as f64 / dt
+                    } else {
+                        0.0
+                    },
+                    bytes_sent: sent_p,
+                    unsent_bytes: s.streams.values().map(|r| r.remaining).sum(),
+                    rcts_ms: rcts.remove(&s.index).unwrap_or_default(),
+                }
+            })
+            .collect();
+        out.sort_by_key(|m| m.conn);
+        out
+    }
+
+    /// Asks connection `conn` (accept order) to switch its controller to `to` in `mode`;
+    /// it takes effect inside the controller at its next event (docs/cc.md). An error
+    /// when there is no such live connection or it runs one of quinn's built-ins.
+    pub fn switch(&self, conn: usize, to: Cca, mode: SwitchMode) -> Result<(), String> {
+        let s = self
+            .sim
+            .servers
+            .values()
+            .find(|s| s.index == conn)
+            .ok_or_else(|| format!("no live connection {conn}"))?;
+        let h = s
+            .handle
+            .as_ref()
+            .ok_or_else(|| format!("connection {conn} runs {}, which cannot switch", self.sim.cc_name))?;
+        h.switch_to(to, mode);
+        Ok(())
+    }
+
+    /// Client records (JSON lines) of the requests finished since the previous call.
+    pub fn take_records(&mut self) -> Vec<String> {
+        let new = self.sim.records[self.sim.taken..].to_vec();
+        self.sim.taken = self.sim.records.len();
+        new
+    }
 }
 
 impl Sim {
@@ -235,23 +417,37 @@ impl Sim {
         self.base + self.now
     }
 
-    /// Returns whether the limit cut the run short.
-    fn run_until(&mut self, limit: Duration) -> Result<bool, SimError> {
+    /// A new connection's server config: its own controller (and, for the suite's, its
+    /// own switch handle).
+    fn server_config(&self) -> (Arc<ServerConfig>, Option<SwitchHandle>) {
+        let handle = matches!(self.cc, QuicCc::Suite(_)).then(SwitchHandle::new);
+        let factory = self
+            .cc
+            .factory_with(&self.cc_config, self.initial_window, handle.clone().unwrap_or_default())
+            .expect("the controller and initial window were validated with the config");
+        let mut config = ServerConfig::with_crypto(self.server_crypto.clone());
+        config.transport_config(transport(factory));
+        (Arc::new(config), handle)
+    }
+
+    /// Runs every event up to `target`; returns whether every request is done.
+    fn run_until(&mut self, target: Duration) -> Result<bool, SimError> {
         loop {
             self.settle()?;
             if self.completed == self.pending.len() {
-                return Ok(false);
-            }
-            let next = self.next_event();
-            let Some(next) = next else {
-                return Ok(self.completed < self.pending.len());
-            };
-            if next > limit {
-                self.now = limit;
                 return Ok(true);
             }
-            // A due event that produced nothing (a link departure) must not spin.
-            self.now = next.max(self.now + Duration::from_nanos(1)).min(limit.max(self.now));
+            // With nothing left to happen (no timer, packet or request) it idles to the
+            // target; a due event that produced nothing (a link departure) must not spin.
+            let next = self
+                .next_event()
+                .unwrap_or(Duration::MAX)
+                .max(self.now + Duration::from_nanos(1));
+            if next > target {
+                self.now = self.now.max(target);
+                return Ok(false);
+            }
+            self.now = next;
         }
     }
 
@@ -467,14 +663,19 @@ impl Sim {
             match self.server.handle(now, src, None, None, data, &mut self.buf) {
                 Some(DatagramEvent::NewConnection(incoming)) => {
                     self.buf.clear();
-                    if let Ok((h, conn)) = self.server.accept(incoming, now, &mut self.buf, None) {
+                    let (config, handle) = self.server_config();
+                    if let Ok((h, conn)) = self.server.accept(incoming, now, &mut self.buf, Some(config)) {
                         self.servers.insert(
                             h,
                             ServerConn {
                                 conn,
                                 streams: BTreeMap::new(),
+                                index: self.accepted,
+                                handle,
+                                last: (self.now, 0, 0, 0),
                             },
                         );
+                        self.accepted += 1;
                     }
                 }
                 Some(DatagramEvent::ConnectionEvent(h, ev)) => {
@@ -519,6 +720,13 @@ impl Sim {
             }
             let record = self.record(i);
             self.records.push(record);
+            let p = &self.pending[i];
+            let rct = self
+                .now
+                .saturating_sub(Duration::from_secs_f64(p.req.send_at_ms / 1e3))
+                .as_secs_f64()
+                * 1e3;
+            self.period_rcts.entry(p.conn).or_default().push(rct);
             self.completed += 1;
             self.pending[i].stream = None;
             self.pending[i].sent_at = None;

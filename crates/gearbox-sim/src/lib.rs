@@ -25,7 +25,7 @@
 mod engine;
 mod packet;
 
-pub use engine::{run, SimError, SimOutcome};
+pub use engine::{run, ConnectionMonitor, Session, SimError, SimOutcome};
 
 use std::path::{Path, PathBuf};
 

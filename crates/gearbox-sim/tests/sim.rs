@@ -104,3 +104,42 @@ fn every_suite_controller_fills_a_10_mbit_link_in_the_simulator() {
     }
     assert!(short.is_empty(), "{short:?}");
 }
+
+/// A learner's loop (Floo §3.2-3.4): advance a period, read the connection's monitor,
+/// switch its controller; the switch shows in the next monitor and the download ends.
+#[test]
+fn a_session_steps_monitors_and_switches_a_connections_controller() {
+    use gearbox_sim::Session;
+    use std::time::Duration;
+    let big = format!("{}/tests/data/bulk-25mb.toml", env!("CARGO_MANIFEST_DIR"));
+    let mut s = Session::new(&config(&big, "cc = \"cubic\"\ntime_limit_s = 120.0")).unwrap();
+    assert!(!s.advance(Duration::from_secs(4)).unwrap());
+    let m = s.monitor();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].conn, m[0].cca), (0, Some("cubic")));
+    assert!(m[0].goodput > 0.5e6 && m[0].bytes_sent > 2_000_000, "{m:?}");
+    assert!(m[0].min_rtt_ms >= 40.0 && m[0].srtt_ms >= m[0].min_rtt_ms, "{m:?}");
+    assert!(m[0].unsent_bytes > 0, "the response is still being written: {m:?}");
+    assert!(s.switch(3, gearbox_cc::Cca::Bbr, gearbox_cc::SwitchMode::Full).is_err());
+    s.switch(0, gearbox_cc::Cca::Bbr, gearbox_cc::SwitchMode::Full).unwrap();
+    s.advance(Duration::from_secs(4)).unwrap();
+    let m = s.monitor();
+    assert_eq!(m[0].cca, Some("bbr"), "{m:?}");
+    while !s.advance(Duration::from_secs(4)).unwrap() {}
+    let records = s.take_records();
+    assert_eq!(records.len(), 1);
+    assert!(s.take_records().is_empty());
+    let r: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
+    assert_eq!(r["bytes"], 25_000_000);
+}
+
+#[test]
+fn quinns_own_controllers_cannot_be_switched_in_a_session() {
+    use std::time::Duration;
+    let mut s = gearbox_sim::Session::new(&config(&bulk(), "cc = \"quinn-cubic\"")).unwrap();
+    s.advance(Duration::from_secs(1)).unwrap();
+    let e = s
+        .switch(0, gearbox_cc::Cca::Bbr, gearbox_cc::SwitchMode::Full)
+        .unwrap_err();
+    assert!(e.contains("quinn-cubic"), "{e}");
+}
