@@ -156,3 +156,20 @@ def generate_page(seed: int, workload: str = "page") -> dict[str, Any]:
 
 def make_cert(names: Sequence[str], cert_path: _Path, key_path: _Path) -> None:
     """Writes a self-signed certificate (PEM) for `names` (DNS names, IP addresses) and its key."""
+
+class SimSession:
+    """One simulation (docs/sim.md), stepped by a learner: `SimSession(config_toml, name)`."""
+
+    def __init__(self, config: str, name: str = "<config>") -> None: ...
+    def advance(self, seconds: float) -> bool:
+        """Runs `seconds` of simulated time; returns whether the run is finished."""
+    @property
+    def now_s(self) -> float: ...
+    @property
+    def finished(self) -> bool: ...
+    def monitor(self) -> list[dict[str, Any]]:
+        """Each live connection's monitor over the period since the previous call (Floo Table 2)."""
+    def switch(self, conn: int, cca: str, mode: str = "full") -> None:
+        """Switches connection `conn`'s controller to `cca` with full or part switching."""
+    def take_records(self) -> list[dict[str, Any]]:
+        """Client records of the requests finished since the previous call."""

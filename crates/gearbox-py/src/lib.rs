@@ -36,6 +36,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use serde::Serialize;
 
+mod sim;
+
 /// Trusted when a client is given neither `ca` nor `insecure` (as `gearbox get` does).
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
@@ -713,6 +715,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<PyClient>()?;
     m.add_class::<PyResponse>()?;
+    m.add_class::<sim::PySimSession>()?;
     m.add("GearboxError", py.get_type::<GearboxError>())?;
     m.add("ConnectError", py.get_type::<ConnectError>())?;
     m.add("TlsError", py.get_type::<TlsError>())?;

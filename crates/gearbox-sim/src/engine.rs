@@ -479,6 +479,7 @@ impl Sim {
     fn settle(&mut self) -> Result<(), SimError> {
         loop {
             let mut progress = self.start_due_requests()?;
+            progress |= self.reconnect_stranded()?;
             progress |= self.drive_connections();
             progress |= self.deliver();
             if !progress {
@@ -496,7 +497,11 @@ impl Sim {
             let i = self.next_request;
             self.next_request += 1;
             progress = true;
-            if self.clients.is_empty() || self.pending[i].req.new_connection {
+            // A new connection when the workload asks for one, and when the current one
+            // has closed (e.g. its idle timeout passed during a long think time), as a
+            // real client reconnects.
+            let closed = self.clients.last().is_none_or(|c| c.conn.is_closed());
+            if closed || self.pending[i].req.new_connection {
                 self.connect()?;
                 self.pending[i].new_connection = true;
             }
@@ -523,6 +528,27 @@ impl Sim {
             local,
         });
         Ok(())
+    }
+
+    /// Requests still waiting for a stream on a connection that closed go to a new one.
+    fn reconnect_stranded(&mut self) -> Result<bool, SimError> {
+        let stranded: Vec<usize> = self
+            .clients
+            .iter_mut()
+            .filter(|c| c.conn.is_closed() && !c.waiting.is_empty())
+            .flat_map(|c| c.waiting.drain(..).collect::<Vec<_>>())
+            .collect();
+        if stranded.is_empty() {
+            return Ok(false);
+        }
+        self.connect()?;
+        let c = self.clients.len() - 1;
+        for i in stranded {
+            self.pending[i].conn = c;
+            self.pending[i].new_connection = true;
+            self.clients[c].waiting.push_back(i);
+        }
+        Ok(true)
     }
 
     /// Timers, endpoint events, application events and transmits of every connection.

@@ -143,3 +143,15 @@ fn quinns_own_controllers_cannot_be_switched_in_a_session() {
         .unwrap_err();
     assert!(e.contains("quinn-cubic"), "{e}");
 }
+
+/// A think time longer than QUIC's idle timeout (30 s) closes the connection; the next
+/// request opens a new one, as a real client does, and nothing is left waiting.
+#[test]
+fn a_connection_closed_by_its_idle_timeout_is_replaced_for_the_next_request() {
+    let text = "seed = 123\nduration_s = 120.0\nworkload = \"feed\"\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n";
+    let out = run(&SimConfig::parse(text, Path::new("feed.toml")).unwrap()).unwrap();
+    assert!(!out.timed_out);
+    assert_eq!(out.completed, out.requests);
+    let conns: std::collections::BTreeSet<u64> = records(&out).iter().map(|r| r["conn_id"].as_u64().unwrap()).collect();
+    assert!(conns.len() > 1, "{conns:?}");
+}

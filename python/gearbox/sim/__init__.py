@@ -1,0 +1,21 @@
+"""`gearbox.sim`: the virtual-time simulator from Python (docs/sim.md).
+
+`SimSession` steps one simulation (advance, monitor, switch a connection's controller,
+take the finished requests' records); `gearbox.sim.envs` builds gymnasium environments on
+it and registers them as `gearbox/CcaSelection-v0` when gymnasium is installed (the `sim`
+extra).
+"""
+
+from __future__ import annotations
+
+from gearbox._native import SimSession
+
+__all__ = ["SimSession"]
+
+try:  # gymnasium is the `sim` extra; the session works without it.
+    import gymnasium as _gym
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _gym = None
+
+if _gym is not None and "gearbox/CcaSelection-v0" not in _gym.registry:
+    _gym.register(id="gearbox/CcaSelection-v0", entry_point="gearbox.sim.envs:CcaSelectionEnv")

@@ -1,0 +1,164 @@
+"""gymnasium environments over the simulator (docs/sim.md "Environments").
+
+`gearbox/CcaSelection-v0` is Floo's selection problem (Floo §3.3): every selection period
+SP the agent sees the connection's monitor (Floo §3.2, Table 2, normalised as below) and
+picks its congestion controller among the seed's four (Cubic, BBR, Copa, Westwood+); the
+switch is the suite's full switching (§3.4); the reward is ln(previous mean RCT / mean RCT
+of this period), so a period that completes requests faster than the one before is
+rewarded. Each episode draws one of the given scenarios (simulation configs, docs/sim.md)
+and a seed; an episode ends when the simulation does (every request done, or its
+virtual-time limit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from gearbox._native import SimSession
+
+ACTIONS = ("cubic", "bbr", "copa", "westwood")
+
+# A default episode: one client fetching the `feed` workload over a 10 Mbit/s, 40 ms path.
+DEFAULT_SCENARIO = """
+duration_s = 120.0
+workload = "feed"
+[down]
+rate_bps = 10000000
+delay_ms = 20.0
+base_rtt_ms = 40.0
+[down.queue]
+limit_bdp = 1.0
+"""
+
+# Observation, each clipped to [0, 10]: rates in units of 100 Mbit/s, times in seconds,
+# ratios as they are, then the current controller one-hot.
+OBS_NAMES = (
+    "max_delivery_rate_100mbps",
+    "delivery_rate_100mbps",
+    "goodput_100mbps",
+    "min_rtt_s",
+    "srtt_over_min_rtt",
+    "rttvar_over_srtt",
+    "loss_rate",
+    "cwnd_over_bdp",
+    "pacing_over_max_delivery",
+    "unsent_mb",
+    "bytes_sent_mb",
+    "mean_rct_s",
+) + tuple(f"cca_{a}" for a in ACTIONS)
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
+
+
+def observe(m: dict[str, Any] | None) -> np.ndarray:
+    """The observation vector of one connection monitor (zeros before a connection)."""
+    obs = np.zeros(len(OBS_NAMES), dtype=np.float32)
+    if m is None:
+        return obs
+    rate_unit = 100e6 / 8  # bytes/s in 100 Mbit/s
+    max_rate = _num(m["max_delivery_rate"])
+    min_rtt_s = _num(m["min_rtt_ms"]) / 1e3
+    srtt_s = _num(m["srtt_ms"]) / 1e3
+    rcts = [r for r in m["rcts_ms"] if math.isfinite(r)]
+    bdp = max_rate * min_rtt_s
+    values = [
+        max_rate / rate_unit,
+        _num(m["delivery_rate"]) / rate_unit,
+        _num(m["goodput"]) / rate_unit,
+        min_rtt_s,
+        srtt_s / min_rtt_s if min_rtt_s > 0 else 0.0,
+        (_num(m["rttvar_ms"]) / 1e3) / srtt_s if srtt_s > 0 else 0.0,
+        _num(m["loss_rate"]),
+        _num(m["cwnd_bytes"]) / bdp if bdp > 0 else 0.0,
+        _num(m["pacing_rate"]) / max_rate if max_rate > 0 else 0.0,
+        _num(m["unsent_bytes"]) / 1e6,
+        _num(m["bytes_sent"]) / 1e6,
+        (sum(rcts) / len(rcts) / 1e3) if rcts else 0.0,
+    ]
+    obs[: len(values)] = values
+    if m.get("cca") in ACTIONS:
+        obs[len(values) + ACTIONS.index(m["cca"])] = 1.0
+    return np.clip(obs, 0.0, 10.0)
+
+
+class CcaSelectionEnv(gym.Env):
+    """Floo's controller selection (module docstring). `scenarios`: simulation configs,
+    as TOML text or file paths; `period_s`: the selection period SP (Floo: 12 s)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        scenarios: Sequence[str | Path] | None = None,
+        period_s: float = 12.0,
+        mode: str = "full",
+    ) -> None:
+        texts = []
+        for s in scenarios or [DEFAULT_SCENARIO]:
+            p = Path(s) if isinstance(s, Path) or (isinstance(s, str) and "\n" not in s) else None
+            texts.append((p.read_text(), str(p)) if p is not None else (str(s), "<scenario>"))
+        if not texts:
+            raise ValueError("scenarios: give at least one simulation config")
+        if not (period_s > 0 and math.isfinite(period_s)):
+            raise ValueError(f"period_s must be > 0, got {period_s}")
+        if mode not in ("full", "part"):
+            raise ValueError(f'mode must be "full" or "part", got {mode!r}')
+        self._scenarios = texts
+        self.period_s = period_s
+        self.mode = mode
+        self.action_space = spaces.Discrete(len(ACTIONS))
+        self.observation_space = spaces.Box(0.0, 10.0, shape=(len(OBS_NAMES),), dtype=np.float32)
+        self._session: SimSession | None = None
+        self._last_rct: float | None = None
+        self._conn: int | None = None
+
+    def _scenario(self, seed: int) -> tuple[str, str]:
+        text, name = self._scenarios[int(self.np_random.integers(len(self._scenarios)))]
+        # The episode's seed replaces the config's, so episodes differ.
+        lines = [line for line in text.splitlines() if not line.strip().startswith("seed")]
+        return f"seed = {seed}\n" + "\n".join(lines), name
+
+    def _period(self) -> tuple[np.ndarray, float | None, bool]:
+        assert self._session is not None
+        finished = self._session.advance(self.period_s)
+        monitors = self._session.monitor()
+        m = monitors[-1] if monitors else None
+        self._conn = m["conn"] if m else None
+        rcts = [r for r in (m["rcts_ms"] if m else []) if math.isfinite(r)]
+        return observe(m), (sum(rcts) / len(rcts) if rcts else None), finished
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        text, name = self._scenario(int(self.np_random.integers(2**31)))
+        self._session = SimSession(text, name)
+        obs, rct, _ = self._period()
+        self._last_rct = rct
+        return obs, {"now_s": self._session.now_s}
+
+    def step(self, action: Any):
+        if self._session is None:
+            raise RuntimeError("call reset() before step()")
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space} ({', '.join(ACTIONS)})")
+        if self._conn is not None:
+            try:
+                self._session.switch(self._conn, ACTIONS[int(action)], self.mode)
+            except ValueError:
+                pass  # the connection ended within the period; the next one is watched
+        obs, rct, finished = self._period()
+        reward = 0.0
+        if rct is not None and self._last_rct is not None and rct > 0:
+            reward = math.log(self._last_rct / rct)
+        if rct is not None:
+            self._last_rct = rct
+        info = {"now_s": self._session.now_s, "mean_rct_ms": rct}
+        return obs, float(reward), bool(finished), False, info
