@@ -287,6 +287,7 @@ def test_a_table_round_trips(tmp_path: Path):
     assert t.version == 7 and t.entries[0].hour == 13 and t.entries[1].chance_alpha == 0.5
     write_table(t, tmp_path / "u.toml")
     assert read_table(tmp_path / "u.toml") == t
+    assert "iw = [10, 15]\n" in (tmp_path / "u.toml").read_text()
 
 
 @pytest.mark.parametrize(
