@@ -16,8 +16,9 @@ use quinn_proto::{
     StreamEvent, StreamId, TransportConfig, WriteError,
 };
 
+use crate::null_crypto::{NullClientConfig, NullServerConfig};
 use crate::packet;
-use crate::SimConfig;
+use crate::{PacketProtection, SimConfig};
 
 /// Why a simulation cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -135,11 +136,20 @@ fn quic_configs(config: &SimConfig) -> Result<(Arc<dyn quinn_proto::crypto::Serv
     client_tls.alpn_protocols = vec![ALPN.to_vec()];
 
     let cc = config.quic_cc().map_err(setup_error)?;
-    let server_crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?;
-    let client_crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?;
-    let mut client = ClientConfig::new(Arc::new(client_crypto));
+    let server_crypto: Arc<dyn quinn_proto::crypto::ServerConfig> =
+        Arc::new(quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?);
+    let client_crypto: Arc<dyn quinn_proto::crypto::ClientConfig> =
+        Arc::new(quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?);
+    let (server_crypto, client_crypto) = match config.packet_protection {
+        PacketProtection::Tls => (server_crypto, client_crypto),
+        PacketProtection::Null => (
+            Arc::new(NullServerConfig(server_crypto)) as Arc<dyn quinn_proto::crypto::ServerConfig>,
+            Arc::new(NullClientConfig(client_crypto)) as Arc<dyn quinn_proto::crypto::ClientConfig>,
+        ),
+    };
+    let mut client = ClientConfig::new(client_crypto);
     client.transport_config(transport(cc.factory(None).map_err(setup_error)?));
-    Ok((Arc::new(server_crypto), client))
+    Ok((server_crypto, client))
 }
 
 /// The transport config both ends use, with `factory`'s controller.
@@ -879,12 +889,14 @@ fn serve_write(s: &mut ServerConn) -> bool {
         }
         while r.remaining > 0 {
             let n = (r.remaining as usize).min(ZEROS.len());
-            match s.conn.send_stream(id).write(&ZEROS[..n]) {
-                Ok(0) | Err(_) => break,
-                Ok(w) => {
-                    r.remaining -= w as u64;
+            // A static `Bytes` is handed to quinn's send buffer without a copy.
+            let mut chunk = [Bytes::from_static(&ZEROS[..n])];
+            match s.conn.send_stream(id).write_chunks(&mut chunk) {
+                Ok(w) if w.bytes > 0 => {
+                    r.remaining -= w.bytes as u64;
                     progress = true;
                 }
+                Ok(_) | Err(_) => break,
             }
         }
         if r.remaining == 0 {
