@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use gearbox_cc::{CcConfig, Cca, QuicCc, SwitchHandle, SwitchMode};
 use gearbox_gear_api::{ClientRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 use gearbox_link::Link;
@@ -170,8 +170,8 @@ fn seed_bytes(seed: u64, salt: u8) -> [u8; 32] {
 struct Sim {
     base: Instant,
     now: Duration,
-    down: Link<Bytes>,
-    up: Link<Bytes>,
+    down: Link<BytesMut>,
+    up: Link<BytesMut>,
     client: Endpoint,
     server: Endpoint,
     client_config: ClientConfig,
@@ -692,7 +692,7 @@ impl Sim {
         let mut progress = false;
         while let Some(p) = self.up.poll_transmit(self.now) {
             progress = true;
-            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+            let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
             };
             self.buf.clear();
@@ -729,7 +729,7 @@ impl Sim {
         }
         while let Some(p) = self.down.poll_transmit(self.now) {
             progress = true;
-            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+            let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
             };
             self.buf.clear();
@@ -911,7 +911,7 @@ fn serve_write(s: &mut ServerConn) -> bool {
     progress
 }
 
-fn send(link: &mut Link<Bytes>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {
+fn send(link: &mut Link<BytesMut>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {
     if let SocketAddr::V4(dst) = t.destination {
         send_to(link, now, src, dst, t, buf);
     }
@@ -919,7 +919,7 @@ fn send(link: &mut Link<Bytes>, now: Duration, src: SocketAddrV4, t: &quinn_prot
 
 /// Puts a transmit's datagrams (several when segmented) on a link.
 fn send_to(
-    link: &mut Link<Bytes>,
+    link: &mut Link<BytesMut>,
     now: Duration,
     src: SocketAddrV4,
     dst: SocketAddrV4,
