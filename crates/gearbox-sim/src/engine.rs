@@ -79,6 +79,9 @@ struct ClientConn {
     connected: Option<Duration>,
     /// Requests waiting for a stream.
     waiting: VecDeque<usize>,
+    /// Requests with a stream and request bytes still to write (so an event costs the
+    /// requests in flight, not every request of the run).
+    writing: Vec<usize>,
     local: SocketAddrV4,
 }
 
@@ -535,6 +538,7 @@ impl Sim {
             started: self.now,
             connected: None,
             waiting: VecDeque::new(),
+            writing: Vec::new(),
             local,
         });
         Ok(())
@@ -657,16 +661,17 @@ impl Sim {
                 break;
             };
             c.waiting.pop_front();
+            c.writing.push(i);
             self.pending[i].stream = Some(id);
             self.pending[i].sent_at.get_or_insert(self.now);
             progress = true;
         }
-        for p in self.pending.iter_mut().filter(|p| p.conn == ci && p.stream.is_some()) {
+        for &i in &c.writing {
+            let p = &mut self.pending[i];
             let want = p.req.request_bytes.max(8);
-            if p.written >= want {
+            let Some(id) = p.stream.filter(|_| p.written < want) else {
                 continue;
-            }
-            let id = p.stream.expect("filtered");
+            };
             let mut req = vec![0u8; (want - p.written) as usize];
             if p.written == 0 {
                 req[..8].copy_from_slice(&p.req.response_bytes.to_be_bytes());
@@ -683,6 +688,9 @@ impl Sim {
                 Err(_) => p.written = want,
             }
         }
+        let pending = &self.pending;
+        c.writing
+            .retain(|&i| pending[i].written < pending[i].req.request_bytes.max(8));
         progress
     }
 

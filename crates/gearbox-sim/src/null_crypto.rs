@@ -2,7 +2,7 @@
 //! encrypted.
 //!
 //! Encrypting and decrypting every packet with AES-GCM and masking its header costs the
-//! simulator about a tenth of its time on a full link (docs/sim.md "Speed") and changes
+//! simulator 10-20% of its time on a full link (docs/sim.md "Speed") and changes
 //! nothing a learner or a fidelity check looks at: sizes, timing and the transport's
 //! decisions are the same.
 //! These wrappers keep rustls for the handshake (so handshake packets, their sizes and
