@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use gearbox_cc::{CcConfig, Cca, QuicCc, SwitchHandle, SwitchMode};
 use gearbox_gear_api::{ClientRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 use gearbox_link::Link;
@@ -16,8 +16,9 @@ use quinn_proto::{
     StreamEvent, StreamId, TransportConfig, WriteError,
 };
 
+use crate::null_crypto::{NullClientConfig, NullServerConfig};
 use crate::packet;
-use crate::SimConfig;
+use crate::{PacketProtection, SimConfig};
 
 /// Why a simulation cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,9 @@ struct ClientConn {
     connected: Option<Duration>,
     /// Requests waiting for a stream.
     waiting: VecDeque<usize>,
+    /// Requests with a stream and request bytes still to write (so an event costs the
+    /// requests in flight, not every request of the run).
+    writing: Vec<usize>,
     local: SocketAddrV4,
 }
 
@@ -135,11 +139,20 @@ fn quic_configs(config: &SimConfig) -> Result<(Arc<dyn quinn_proto::crypto::Serv
     client_tls.alpn_protocols = vec![ALPN.to_vec()];
 
     let cc = config.quic_cc().map_err(setup_error)?;
-    let server_crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?;
-    let client_crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?;
-    let mut client = ClientConfig::new(Arc::new(client_crypto));
+    let server_crypto: Arc<dyn quinn_proto::crypto::ServerConfig> =
+        Arc::new(quinn_proto::crypto::rustls::QuicServerConfig::try_from(server_tls).map_err(setup_error)?);
+    let client_crypto: Arc<dyn quinn_proto::crypto::ClientConfig> =
+        Arc::new(quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls).map_err(setup_error)?);
+    let (server_crypto, client_crypto) = match config.packet_protection {
+        PacketProtection::Tls => (server_crypto, client_crypto),
+        PacketProtection::Null => (
+            Arc::new(NullServerConfig(server_crypto)) as Arc<dyn quinn_proto::crypto::ServerConfig>,
+            Arc::new(NullClientConfig(client_crypto)) as Arc<dyn quinn_proto::crypto::ClientConfig>,
+        ),
+    };
+    let mut client = ClientConfig::new(client_crypto);
     client.transport_config(transport(cc.factory(None).map_err(setup_error)?));
-    Ok((Arc::new(server_crypto), client))
+    Ok((server_crypto, client))
 }
 
 /// The transport config both ends use, with `factory`'s controller.
@@ -160,8 +173,8 @@ fn seed_bytes(seed: u64, salt: u8) -> [u8; 32] {
 struct Sim {
     base: Instant,
     now: Duration,
-    down: Link<Bytes>,
-    up: Link<Bytes>,
+    down: Link<BytesMut>,
+    up: Link<BytesMut>,
     client: Endpoint,
     server: Endpoint,
     client_config: ClientConfig,
@@ -525,6 +538,7 @@ impl Sim {
             started: self.now,
             connected: None,
             waiting: VecDeque::new(),
+            writing: Vec::new(),
             local,
         });
         Ok(())
@@ -647,16 +661,17 @@ impl Sim {
                 break;
             };
             c.waiting.pop_front();
+            c.writing.push(i);
             self.pending[i].stream = Some(id);
             self.pending[i].sent_at.get_or_insert(self.now);
             progress = true;
         }
-        for p in self.pending.iter_mut().filter(|p| p.conn == ci && p.stream.is_some()) {
+        for &i in &c.writing {
+            let p = &mut self.pending[i];
             let want = p.req.request_bytes.max(8);
-            if p.written >= want {
+            let Some(id) = p.stream.filter(|_| p.written < want) else {
                 continue;
-            }
-            let id = p.stream.expect("filtered");
+            };
             let mut req = vec![0u8; (want - p.written) as usize];
             if p.written == 0 {
                 req[..8].copy_from_slice(&p.req.response_bytes.to_be_bytes());
@@ -673,6 +688,9 @@ impl Sim {
                 Err(_) => p.written = want,
             }
         }
+        let pending = &self.pending;
+        c.writing
+            .retain(|&i| pending[i].written < pending[i].req.request_bytes.max(8));
         progress
     }
 
@@ -682,7 +700,7 @@ impl Sim {
         let mut progress = false;
         while let Some(p) = self.up.poll_transmit(self.now) {
             progress = true;
-            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+            let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
             };
             self.buf.clear();
@@ -719,7 +737,7 @@ impl Sim {
         }
         while let Some(p) = self.down.poll_transmit(self.now) {
             progress = true;
-            let Some((src, _dst, data)) = packet::unwrap(&p) else {
+            let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
             };
             self.buf.clear();
@@ -879,12 +897,14 @@ fn serve_write(s: &mut ServerConn) -> bool {
         }
         while r.remaining > 0 {
             let n = (r.remaining as usize).min(ZEROS.len());
-            match s.conn.send_stream(id).write(&ZEROS[..n]) {
-                Ok(0) | Err(_) => break,
-                Ok(w) => {
-                    r.remaining -= w as u64;
+            // A static `Bytes` is handed to quinn's send buffer without a copy.
+            let mut chunk = [Bytes::from_static(&ZEROS[..n])];
+            match s.conn.send_stream(id).write_chunks(&mut chunk) {
+                Ok(w) if w.bytes > 0 => {
+                    r.remaining -= w.bytes as u64;
                     progress = true;
                 }
+                Ok(_) | Err(_) => break,
             }
         }
         if r.remaining == 0 {
@@ -899,7 +919,7 @@ fn serve_write(s: &mut ServerConn) -> bool {
     progress
 }
 
-fn send(link: &mut Link<Bytes>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {
+fn send(link: &mut Link<BytesMut>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {
     if let SocketAddr::V4(dst) = t.destination {
         send_to(link, now, src, dst, t, buf);
     }
@@ -907,7 +927,7 @@ fn send(link: &mut Link<Bytes>, now: Duration, src: SocketAddrV4, t: &quinn_prot
 
 /// Puts a transmit's datagrams (several when segmented) on a link.
 fn send_to(
-    link: &mut Link<Bytes>,
+    link: &mut Link<BytesMut>,
     now: Duration,
     src: SocketAddrV4,
     dst: SocketAddrV4,

@@ -23,6 +23,7 @@
 //! seed give byte-identical records.
 
 mod engine;
+pub mod null_crypto;
 mod packet;
 
 pub use engine::{run, ConnectionMonitor, Session, SimError, SimOutcome};
@@ -51,6 +52,11 @@ pub struct SimConfig {
     /// Initial congestion window, packets of 1200 bytes (None: 10).
     #[serde(default)]
     pub initial_window: Option<u32>,
+    /// Packet protection after the Initial packets: `null` (default: a real TLS
+    /// handshake, then unencrypted packets of the real size; [`null_crypto`]) or `tls`
+    /// (real AES-GCM and header protection on every packet, as on the wire).
+    #[serde(default)]
+    pub packet_protection: PacketProtection,
     /// Workload: a built-in name (`feed`, `app`, `search`, `bulk`) or a workload file.
     pub workload: String,
     /// Server to client (the emulator's `[path.down]`).
@@ -58,6 +64,19 @@ pub struct SimConfig {
     /// Client to server (default: the same as `down`).
     #[serde(default)]
     pub up: Option<LinkConfig>,
+}
+
+/// How packets are protected once the handshake has keys (docs/sim.md "Packet protection").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PacketProtection {
+    /// Real TLS handshake, then payloads copied (no AEAD, no header protection); every
+    /// packet keeps its real size. The default: it changes no size or timing and costs
+    /// a fraction of the time.
+    #[default]
+    Null,
+    /// Real TLS 1.3 packet protection on every packet.
+    Tls,
 }
 
 fn default_seed() -> u64 {

@@ -4,13 +4,13 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 
 /// IPv4 (20) + UDP (8).
 pub const HEADER_BYTES: usize = 28;
 
 /// Wraps `payload` from `src` to `dst`.
-pub fn wrap(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Bytes {
+pub fn wrap(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> BytesMut {
     let total = HEADER_BYTES + payload.len();
     let mut b = BytesMut::with_capacity(total);
     b.put_u8(0x45); // version 4, header length 5 words
@@ -27,11 +27,11 @@ pub fn wrap(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Bytes {
     b.put_u16((8 + payload.len()) as u16);
     b.put_u16(0);
     b.put_slice(payload);
-    b.freeze()
+    b
 }
 
 /// The source, destination and payload of a wrapped datagram.
-pub fn unwrap(p: &Bytes) -> Option<(SocketAddr, SocketAddr, BytesMut)> {
+pub fn unwrap(mut p: BytesMut) -> Option<(SocketAddr, SocketAddr, BytesMut)> {
     if p.len() < HEADER_BYTES || p[0] != 0x45 || p[9] != 17 {
         return None;
     }
@@ -39,7 +39,9 @@ pub fn unwrap(p: &Bytes) -> Option<(SocketAddr, SocketAddr, BytesMut)> {
     let port = |o: usize| u16::from_be_bytes([p[o], p[o + 1]]);
     let src = SocketAddr::V4(SocketAddrV4::new(ip(12), port(20)));
     let dst = SocketAddr::V4(SocketAddrV4::new(ip(16), port(22)));
-    Some((src, dst, BytesMut::from(&p[HEADER_BYTES..])))
+    // Dropping the header moves the start of the buffer: no copy of the datagram.
+    p.advance(HEADER_BYTES);
+    Some((src, dst, p))
 }
 
 #[cfg(test)]
@@ -52,7 +54,7 @@ mod tests {
         let b = "10.0.0.1:4433".parse().unwrap();
         let p = wrap(a, b, b"hello");
         assert_eq!(p.len(), 33);
-        let (s, d, payload) = unwrap(&p).unwrap();
+        let (s, d, payload) = unwrap(p).unwrap();
         assert_eq!(
             (s, d, &payload[..]),
             (SocketAddr::V4(a), SocketAddr::V4(b), &b"hello"[..])

@@ -155,3 +155,17 @@ fn a_connection_closed_by_its_idle_timeout_is_replaced_for_the_next_request() {
     let conns: std::collections::BTreeSet<u64> = records(&out).iter().map(|r| r["conn_id"].as_u64().unwrap()).collect();
     assert!(conns.len() > 1, "{conns:?}");
 }
+
+/// Null packet protection (the default) skips AEAD and header protection but keeps
+/// every packet's size and the real handshake, so a run's records are the same
+/// byte for byte as with real TLS on every packet.
+#[test]
+fn null_packet_protection_gives_the_same_records_as_real_tls() {
+    for workload in ["app".to_string(), bulk()] {
+        let null = run(&config(&workload, "")).unwrap();
+        let tls = run(&config(&workload, "packet_protection = \"tls\"")).unwrap();
+        assert!(null.completed > 0);
+        assert_eq!(null.records, tls.records, "{workload}");
+        assert_eq!(null.packets, tls.packets, "{workload}");
+    }
+}

@@ -31,6 +31,10 @@ pub fn run(a: SimBenchArgs) -> anyhow::Result<()> {
             "100 Mbit/s, 20 ms, bulk 50 MB",
             "seed = 1\nduration_s = 1.0\ntime_limit_s = 600.0\nworkload = \"bulk\"\n[down]\nrate_bps = 100000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n[down.queue]\nlimit_bdp = 1.0\n",
         ),
+        (
+            "10 Mbit/s, 40 ms, bulk 50 MB, real TLS packet protection",
+            "seed = 1\nduration_s = 1.0\ntime_limit_s = 600.0\nworkload = \"bulk\"\npacket_protection = \"tls\"\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
     ];
     println!("| case | simulated s | wall s | x real time | packets/s (wall) |\n|---|---:|---:|---:|---:|");
     for (name, text) in cases {
