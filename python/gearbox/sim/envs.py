@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gearbox._native import SimSession
+from gearbox._native import SimSession, floo_feature_names
 
 ACTIONS = ("cubic", "bbr", "copa", "westwood")
 
@@ -37,57 +37,19 @@ base_rtt_ms = 40.0
 limit_bdp = 1.0
 """
 
-# Observation, each clipped to [0, 10]: rates in units of 100 Mbit/s, times in seconds,
-# ratios as they are, then the current controller one-hot.
-OBS_NAMES = (
-    "max_delivery_rate_100mbps",
-    "delivery_rate_100mbps",
-    "goodput_100mbps",
-    "min_rtt_s",
-    "srtt_over_min_rtt",
-    "rttvar_over_srtt",
-    "loss_rate",
-    "cwnd_over_bdp",
-    "pacing_over_max_delivery",
-    "unsent_mb",
-    "bytes_sent_mb",
-    "mean_rct_s",
-) + tuple(f"cca_{a}" for a in ACTIONS)
-
-
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
+# The observation is the Floo Monitor's normalised state, computed in Rust by the same code
+# the edge's gear runs (`gearbox_gears::floo::features`; docs/floo.md "State"): 16 numbers
+# in [-10, 10], the controller one-hot last.
+OBS_NAMES = tuple(floo_feature_names())
+OBS_CLIP = 10.0
 
 
 def observe(m: dict[str, Any] | None) -> np.ndarray:
-    """The observation vector of one connection monitor (zeros before a connection)."""
-    obs = np.zeros(len(OBS_NAMES), dtype=np.float32)
-    if m is None:
-        return obs
-    rate_unit = 100e6 / 8  # bytes/s in 100 Mbit/s
-    max_rate = _num(m["max_delivery_rate"])
-    min_rtt_s = _num(m["min_rtt_ms"]) / 1e3
-    srtt_s = _num(m["srtt_ms"]) / 1e3
-    rcts = [r for r in m["rcts_ms"] if math.isfinite(r)]
-    bdp = max_rate * min_rtt_s
-    values = [
-        max_rate / rate_unit,
-        _num(m["delivery_rate"]) / rate_unit,
-        _num(m["goodput"]) / rate_unit,
-        min_rtt_s,
-        srtt_s / min_rtt_s if min_rtt_s > 0 else 0.0,
-        (_num(m["rttvar_ms"]) / 1e3) / srtt_s if srtt_s > 0 else 0.0,
-        _num(m["loss_rate"]),
-        _num(m["cwnd_bytes"]) / bdp if bdp > 0 else 0.0,
-        _num(m["pacing_rate"]) / max_rate if max_rate > 0 else 0.0,
-        _num(m["unsent_bytes"]) / 1e6,
-        _num(m["bytes_sent"]) / 1e6,
-        (sum(rcts) / len(rcts) / 1e3) if rcts else 0.0,
-    ]
-    obs[: len(values)] = values
-    if m.get("cca") in ACTIONS:
-        obs[len(values) + ACTIONS.index(m["cca"])] = 1.0
-    return np.clip(obs, 0.0, 10.0)
+    """The observation vector of one connection monitor (zeros before a connection, or on
+    one of quinn's built-ins, which the monitor cannot read)."""
+    if m is None or m.get("features") is None:
+        return np.zeros(len(OBS_NAMES), dtype=np.float32)
+    return np.asarray(m["features"], dtype=np.float32)
 
 
 class CcaSelectionEnv(gym.Env):
@@ -116,7 +78,7 @@ class CcaSelectionEnv(gym.Env):
         self.period_s = period_s
         self.mode = mode
         self.action_space = spaces.Discrete(len(ACTIONS))
-        self.observation_space = spaces.Box(0.0, 10.0, shape=(len(OBS_NAMES),), dtype=np.float32)
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(len(OBS_NAMES),), dtype=np.float32)
         self._session: SimSession | None = None
         self._last_rct: float | None = None
         self._conn: int | None = None
