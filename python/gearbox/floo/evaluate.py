@@ -91,6 +91,7 @@ def run_one(job: Job) -> dict:
         "switches": run["switches"],
         "periods": run["periods"],
         "wall_s": wall,
+        "period_s": job.period_s,
         "rcts": rcts,
     }
 
@@ -116,10 +117,18 @@ def summarise(rows: list[dict]) -> dict:
         for cls in sorted({r["class"] for r in runs}):
             rs = [r for r in runs if r["class"] == cls]
             per_class[cls] = float(np.mean([r["mean_rct_ms"] for r in rs]))
+
         # Fig. 8: each scenario's sRTT over its lowest, throughput over its highest.
-        norm_delay = [r["mean_srtt_ms"] / min(v["mean_srtt_ms"] for v in by_scn[r["scenario"]].values()) for r in runs]
-        norm_thpt = [r["mean_thpt_mbps"] / max(v["mean_thpt_mbps"] for v in by_scn[r["scenario"]].values()) for r in runs]
+        def lowest(r: dict, key: str) -> float:
+            return min(v[key] for v in by_scn[r["scenario"]].values())
+
+        def highest(r: dict, key: str) -> float:
+            return max(v[key] for v in by_scn[r["scenario"]].values())
+
+        norm_delay = [r["mean_srtt_ms"] / lowest(r, "mean_srtt_ms") for r in runs]
+        norm_thpt = [r["mean_thpt_mbps"] / highest(r, "mean_thpt_mbps") for r in runs]
         periods = sum(r["periods"] for r in runs)
+        minutes = periods * runs[0]["period_s"] / 60.0
         out["schemes"][s] = {
             "requests": len(rcts),
             "mean_rct_ms": mean,
@@ -131,11 +140,7 @@ def summarise(rows: list[dict]) -> dict:
             "mean_rct_by_class_ms": per_class,
             "norm_delay": float(np.mean(norm_delay)),
             "norm_thpt": float(np.mean(norm_thpt)),
-            "switches_per_minute": (
-                sum(r["switches"] for r in runs) / max(1e-9, sum(r["periods"] for r in runs)) * 60.0 / runs[0].get("period_s", 12.0)
-                if periods
-                else 0.0
-            ),
+            "switches_per_minute": sum(r["switches"] for r in runs) / minutes if minutes > 0 else 0.0,
         }
     chosen: dict[str, int] = {}
     for v in by_scn.values():
@@ -165,7 +170,8 @@ def report(summary: dict, args: argparse.Namespace) -> str:
     lines += ["", "Mean of the scenario mean RCTs per class (ms):", "", "| scheme | " + " | ".join(classes) + " |"]
     lines.append("|---|" + "---:|" * len(classes))
     for s, v in summary["schemes"].items():
-        lines.append(f"| {s} | " + " | ".join(f"{v['mean_rct_by_class_ms'].get(c, math.nan):.1f}" for c in classes) + " |")
+        cells = " | ".join(f"{v['mean_rct_by_class_ms'].get(c, math.nan):.1f}" for c in classes)
+        lines.append(f"| {s} | {cells} |")
     lines += ["", f"Static_Opt's choices: {summary['static_opt_choices']}", ""]
     return "\n".join(lines)
 
@@ -181,7 +187,8 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
     schemes = list(summary["schemes"])
     fig, ax = plt.subplots(figsize=(8, 4))
     x = np.arange(len(schemes))
-    for off, key, label in ((-0.25, "mean_rct_ms", "mean"), (0.0, "median_rct_ms", "median"), (0.25, "p90_rct_ms", "p90")):
+    bars = ((-0.25, "mean_rct_ms", "mean"), (0.0, "median_rct_ms", "median"), (0.25, "p90_rct_ms", "p90"))
+    for off, key, label in bars:
         ax.bar(x + off, [summary["schemes"][s][key] for s in schemes], width=0.25, label=label)
     ax.set_xticks(x, schemes, rotation=30)
     ax.set_ylabel("RCT (ms)")
@@ -244,7 +251,6 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for i, row in enumerate(pool.map(run_one, jobs, chunksize=1)):
-            row["period_s"] = args.period_s
             rows.append(row)
             if (i + 1) % 25 == 0 or i + 1 == len(jobs):
                 print(f"floo evaluate: {i + 1}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)

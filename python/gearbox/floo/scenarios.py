@@ -81,17 +81,13 @@ class Scenario:
             tmp.replace(path)
         return path
 
-    def config(
-        self, cache: Path, duration_s: float, seed: int, workload: str = "app", cc: str = "cubic"
-    ) -> str:
+    def config(self, cache: Path, duration_s: float, seed: int, workload: str = "app", cc: str = "cubic") -> str:
         """The simulation config (TOML) of this scenario: `duration_s` of `workload`
         requests seeded by `seed`, starting on `cc`."""
         # The trace must cover the run and its tail (the virtual-time limit).
         trace = self.trace_path(cache, 2 * duration_s + 60.0)
         one_way = self.rtt_ms / 2.0
-        loss = (
-            f'[down.loss]\nmodel = "bernoulli"\nloss_rate = {self.loss_rate:.6g}\n' if self.loss_rate > 0 else ""
-        )
+        loss = f'[down.loss]\nmodel = "bernoulli"\nloss_rate = {self.loss_rate:.6g}\n' if self.loss_rate > 0 else ""
         return (
             f"seed = {seed}\n"
             f"duration_s = {duration_s}\n"

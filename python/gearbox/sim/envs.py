@@ -82,6 +82,7 @@ class CcaSelectionEnv(gym.Env):
         self._session: SimSession | None = None
         self._last_rct: float | None = None
         self._conn: int | None = None
+        self._episode_rcts: list[float] = []
 
     def _scenario(self, seed: int) -> tuple[str, str]:
         text, name = self._scenarios[int(self.np_random.integers(len(self._scenarios)))]
@@ -96,12 +97,14 @@ class CcaSelectionEnv(gym.Env):
         m = monitors[-1] if monitors else None
         self._conn = m["conn"] if m else None
         rcts = [r for r in (m["rcts_ms"] if m else []) if math.isfinite(r)]
+        self._episode_rcts.extend(r for x in monitors for r in x["rcts_ms"] if math.isfinite(r))
         return observe(m), (sum(rcts) / len(rcts) if rcts else None), finished
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         text, name = self._scenario(int(self.np_random.integers(2**31)))
         self._session = SimSession(text, name)
+        self._episode_rcts = []
         obs, rct, _ = self._period()
         self._last_rct = rct
         return obs, {"now_s": self._session.now_s}
@@ -122,5 +125,8 @@ class CcaSelectionEnv(gym.Env):
             reward = math.log(self._last_rct / rct)
         if rct is not None:
             self._last_rct = rct
-        info = {"now_s": self._session.now_s, "mean_rct_ms": rct}
+        info: dict[str, Any] = {"now_s": self._session.now_s, "mean_rct_ms": rct}
+        if finished and self._episode_rcts:
+            # The whole episode's mean request completion time (every connection).
+            info["episode_mean_rct_ms"] = sum(self._episode_rcts) / len(self._episode_rcts)
         return obs, float(reward), bool(finished), False, info
