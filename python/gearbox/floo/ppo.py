@@ -296,9 +296,10 @@ def _learner(config: PPOConfig, obs_dim: int, num_actions: int):
     actor_tx, critic_tx = adam(config.actor_lr), adam(config.critic_lr)
 
     @jax.jit
-    def policy(actor_params, critic_params, obs, key):
+    def policy(actor_params, critic_params, obs, key, t):
+        # The step's key is derived inside: one dispatch per environment step, not two.
         logits = actor.apply({"params": actor_params}, obs)
-        action = jax.random.categorical(key, logits)
+        action = jax.random.categorical(jax.random.fold_in(key, t), logits)
         logp = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=1)[:, 0]
         return action, logp, critic.apply({"params": critic_params}, obs)
 
@@ -459,9 +460,9 @@ def _train(
     num_updates = max(1, total_steps // (T * n))
     for u in range(1, num_updates + 1):
         returns, lengths, infos_ended = [], [], {}
+        key, rollout_key = jax.random.split(key)
         for t in range(T):
-            key, step_key = jax.random.split(key)
-            action, logp, v = policy(state[0], state[1], jnp.asarray(obs, jnp.float32), step_key)
+            action, logp, v = policy(state[0], state[1], jnp.asarray(obs, jnp.float32), rollout_key, np.int32(t))
             action = np.asarray(action)
             next_obs, reward, terminated, truncated, info = envs.step(action)
             reward = np.asarray(reward, np.float64)
