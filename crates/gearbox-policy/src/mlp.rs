@@ -22,7 +22,8 @@
 //! `predict_proba` is the row's rounding to `f32` (the shipped test vector
 //! agrees to about 1e-7). Speed hardly matters: 7 -> 128 -> 64 -> 1 is ~9k
 //! multiply-adds once per score update: 2.0 µs p50 for the shipped `mlp-tcp.json`
-//! (`decision_bench`, docs/wisetrans.md "Decision cost").
+//! (`decision_bench`, docs/wisetrans.md "Decision cost"); Floo's 16 -> 200 -> 4
+//! actor takes ~1.0 µs per decision (`mlp_bench`, docs/models.md "Speed").
 //!
 //! **Why by hand and not tract** (docs/architecture.md "Choices made" keeps tract
 //! out for trees too): tract reads ONNX or NNEF, and scikit-learn writes
