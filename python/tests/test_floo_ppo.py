@@ -167,3 +167,23 @@ def test_a_bad_parameter_file_is_refused_naming_it(tmp_path: Path) -> None:
         np.savez(f, **{"policy/hidden/kernel": np.zeros((2, 2))})
     with pytest.raises(ValueError, match="bad.npz: unexpected array 'policy/hidden/kernel'"):
         load_params(path)
+
+
+def cca_selection(index: int) -> gym.Env:
+    import gearbox.sim  # noqa: F401  (registers the environments)
+
+    return gym.make("gearbox/CcaSelection-v0")
+
+
+def test_ppo_runs_on_the_simulators_cca_selection_environment() -> None:
+    # Two default episodes side by side (10 Mbit/s, 40 ms, the feed workload; SP 12 s):
+    # the learner takes the env's 16 features and 4 controllers as they are.
+    cfg = PPOConfig(rollout_steps=16, num_minibatches=2)
+    result = train(cca_selection, cfg, total_steps=32, seed=0, num_envs=2)
+    (record,) = result.history
+    assert record["steps"] == 32 and record["episodes"] >= 2
+    assert math.isfinite(record["mean_return"]) and math.isfinite(record["value_loss"])
+    assert record["info/mean_rct_ms"] > 0  # the env's last period's mean RCT, averaged over episodes
+    assert record["entropy"] == pytest.approx(math.log(4), abs=0.01)
+    assert result.actor_params["hidden"]["kernel"].shape == (16, 200)
+    assert result.actor_params["logits"]["kernel"].shape == (200, 4)
