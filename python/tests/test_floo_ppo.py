@@ -157,6 +157,8 @@ def test_bad_configuration_and_environments_are_refused_naming_the_field() -> No
         train(cartpole, PPOConfig(actor_lr=float("nan")), total_steps=1000, seed=0)
     with pytest.raises(ValueError, match="total_steps must be an integer >= 1"):
         train(cartpole, PPOConfig(), total_steps=0, seed=0)
+    with pytest.raises(ValueError, match="make_env must pickle"):
+        train(lambda i: cartpole(i), PPOConfig(), total_steps=128, seed=0, parallel=True)
     with pytest.raises(ValueError, match="needs a Discrete action space"):
         train(lambda i: gym.make("Pendulum-v1"), PPOConfig(), total_steps=128, seed=0)
 

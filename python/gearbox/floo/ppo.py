@@ -34,6 +34,12 @@ Design points worth knowing:
 Check it on a gymnasium classic-control task before trusting it on ours:
 
     PYTHONPATH=python .venv/bin/python -m gearbox.floo.ppo --cartpole
+
+With the defaults above (8 environments, 300k steps, seed 1) that run printed, on this
+lab's 2-vCPU VM while other builds kept it busy (load average 13): 299,008 steps, 292
+updates, 39.5 s (about 17 s of it compiling); mean training return over the last 10
+updates 447.4; the greedy policy (`act`) 500.0 in each of 20 episodes, CartPole-v1's cap
+(a random policy lasts ~22 steps).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import argparse
 import functools
 import json
 import math
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -419,6 +426,14 @@ def train(
     config.check()
     if not (isinstance(total_steps, int) and total_steps >= 1):
         raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+    if parallel:
+        try:
+            pickle.dumps(make_env)
+        except Exception as e:  # lambdas, local functions, bound objects that do not pickle
+            raise ValueError(
+                f"parallel=True starts each env in a new process, so make_env must pickle "
+                f"(a module-level function or a functools.partial of one): {e}"
+            ) from e
     envs = make_vector_env(make_env, num_envs, parallel)
     try:
         return _train(envs, config, total_steps, seed, on_update)
