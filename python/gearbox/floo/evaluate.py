@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -249,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         scn.trace_path(Path(cache), 2 * args.duration_s + 60.0)
     t0 = time.perf_counter()
     rows: list[dict] = []
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    # Spawned, not forked: a caller may have JAX's threads running (forking them can deadlock).
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
         for i, row in enumerate(pool.map(run_one, jobs, chunksize=1)):
             rows.append(row)
             if (i + 1) % 25 == 0 or i + 1 == len(jobs):

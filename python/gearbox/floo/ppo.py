@@ -402,7 +402,7 @@ def train(
     seed: int,
     num_envs: int | None = None,
     parallel: bool = False,
-    on_update: Callable[[dict[str, Any]], None] | None = None,
+    on_update: Callable[[dict[str, Any]], bool | None] | None = None,
 ) -> TrainResult:
     """Train an actor and a critic by PPO on `num_envs` (default `config.num_envs`)
     environments `make_env(i)`, for `total_steps` environment steps in all, rounded down
@@ -413,7 +413,8 @@ def train(
     flat `Box` (the env normalises them: Floo §3.3 feeds normalised metrics), actions a
     `Discrete` space.
 
-    After each update, one dict goes into `TrainResult.history` and to `on_update`:
+    After each update, one dict goes into `TrainResult.history` and to `on_update`; an
+    `on_update` that returns False stops the training there (a time budget). The dict:
     `update`, `steps` (environment steps so far), `seconds` (since the start),
     `episodes` (that ended during the update), `mean_return` and `mean_length` (over
     those, NaN if none ended), `policy_loss`, `value_loss`, `entropy`, `approx_kl`,
@@ -446,7 +447,7 @@ def _train(
     config: PPOConfig,
     total_steps: int,
     seed: int,
-    on_update: Callable[[dict[str, Any]], None] | None,
+    on_update: Callable[[dict[str, Any]], bool | None] | None,
 ) -> TrainResult:
     start = time.perf_counter()
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
@@ -523,8 +524,8 @@ def _train(
             **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
         }
         history.append(record)
-        if on_update is not None:
-            on_update(record)
+        if on_update is not None and on_update(record) is False:
+            break  # the caller's budget (e.g. `gearbox learn floo --max-minutes`) is spent
     return TrainResult(
         actor_params=_to_numpy(state[0]),
         critic_params=_to_numpy(state[1]),

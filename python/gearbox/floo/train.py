@@ -108,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.max_minutes * 60.0
     history: list[dict] = []
 
-    class Deadline(Exception):
-        pass
-
-    def on_update(h: dict) -> None:
+    def on_update(h: dict) -> bool:
         history.append(h)
         rct = h.get("info/episode_mean_rct_ms", math.nan)
         print(
@@ -120,22 +117,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         if time.monotonic() > deadline:
-            raise Deadline
+            print(f"floo: --max-minutes {args.max_minutes} reached; keeping this update's policy", file=sys.stderr)
+            return False
+        return True
 
     t0 = time.perf_counter()
     factory = functools.partial(make_env, configs=configs, period_s=args.period_s, mode="full")
-    try:
-        result = ppo.train(
-            factory, config, args.steps, args.seed, num_envs=args.envs, parallel=args.envs > 1, on_update=on_update
-        )
-        actor, critic = result.actor_params, result.critic_params
-    except Deadline:
-        result = None
-    if result is None:
-        # Stopped at the time limit: the last update's parameters are in the history's
-        # checkpoint the trainer hands out; train again with that budget in steps.
-        print("floo: time limit reached; re-run with fewer --steps", file=sys.stderr)
-        return 1
+    result = ppo.train(
+        factory, config, args.steps, args.seed, num_envs=args.envs, parallel=args.envs > 1, on_update=on_update
+    )
+    actor, critic = result.actor_params, result.critic_params
     seconds = time.perf_counter() - t0
     info = {
         "trainer": "gearbox learn floo",
