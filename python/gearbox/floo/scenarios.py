@@ -37,6 +37,8 @@ import numpy as np
 
 from gearbox._native import generate_trace
 from gearbox.lab.sampling import wsp
+from gearbox.lab.scenario.emu import compile_path, dumps_toml
+from gearbox.lab.scenario.model import PathSpec, TraceRef
 
 CLASSES: dict[str, tuple[str, ...]] = {
     "wifi": ("wifi",),
@@ -86,25 +88,21 @@ class Scenario:
         requests seeded by `seed`, starting on `cc`."""
         # The trace must cover the run and its tail (the virtual-time limit).
         trace = self.trace_path(cache, 2 * duration_s + 60.0)
-        one_way = self.rtt_ms / 2.0
-        loss = f'[down.loss]\nmodel = "bernoulli"\nloss_rate = {self.loss_rate:.6g}\n' if self.loss_rate > 0 else ""
-        return (
-            f"seed = {seed}\n"
-            f"duration_s = {duration_s}\n"
-            f'cc = "{cc}"\n'
-            f'workload = "{workload}"\n'
-            "[down]\n"
-            f'trace_file = "{trace}"\n'
-            f"delay_ms = {one_way:.6g}\n"
-            f"jitter_ms = {self.jitter_ms:.6g}\n"
-            f"base_rtt_ms = {self.rtt_ms:.6g}\n"
-            "[down.queue]\n"
-            f"limit_bdp = {self.buffer_bdp:.6g}\n"
-            f"{loss}"
-            "[up]\n"
-            "rate_bps = 100000000\n"
-            f"delay_ms = {one_way:.6g}\n"
-            f"base_rtt_ms = {self.rtt_ms:.6g}\n"
+        links = compile_path(self.path_spec(), lambda _ref, _where: trace, ("path", 0))
+        head = {"seed": seed, "duration_s": duration_s, "cc": cc, "workload": workload}
+        return dumps_toml({**head, "down": links["downlink"], "up": links["uplink"]})
+
+    def path_spec(self) -> PathSpec:
+        """The scenario as the lab's path (docs/lab.md): the simulator's links are compiled
+        by the same code as the emulator's (`gearbox.lab.scenario.emu.compile_path`), so a
+        scenario means the same path in both: the trace in both directions, half the
+        jitter each way, the loss each way, the buffer in BDPs of the RTT."""
+        return PathSpec(
+            trace=TraceRef(preset=self.preset, seed=self.trace_seed),
+            rtt_ms=self.rtt_ms,
+            jitter_ms=self.jitter_ms,
+            loss_rate=self.loss_rate,
+            buffer_bdp=self.buffer_bdp,
         )
 
 
