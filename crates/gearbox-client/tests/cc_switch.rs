@@ -349,3 +349,61 @@ async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_sw
         (Some("cubic"), Some("copa"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_period_gear_reads_tcp_info_and_switches_the_kernel_controller() {
+    let site = Site::new();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gear = gearbox_edge::floo::PeriodGear {
+        gear: Box::new(Recording {
+            to: Cca::Bbr,
+            seen: seen.clone(),
+        }),
+        period: Duration::from_millis(200),
+        mode: gearbox_cc::SwitchMode::Full,
+    };
+    let edge = start_with(&site, |c| c.tcp_cc = Some(gearbox_cc::TcpCc::Cubic), Some(gear)).await;
+    let (tcp, admin_addr) = (edge.tcp, edge.admin);
+    let client = site.client();
+    let url = format!("https://{tcp}/bytes/300000");
+    bounded(async {
+        loop {
+            client
+                .request(Request::get(&url, TransportPref::Tcp))
+                .await
+                .expect("GET over TCP");
+            let (_, body) = admin(admin_addr, "GET", "/connections").await;
+            let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if conns[0]["cca"] == "bbr" {
+                break;
+            }
+        }
+    })
+    .await;
+    drop(client);
+    let records = edge.stop().await;
+    let seen = seen.lock().unwrap().clone();
+    let first = &seen[0];
+    assert_eq!(
+        (first.transport, first.cca),
+        (gearbox_gear_api::Transport::Tcp, Cca::Cubic)
+    );
+    assert!(
+        first.bytes_sent > 300_000 && first.min_rtt_ms.unwrap() > 0.0,
+        "{first:?}"
+    );
+    assert!(first.cwnd_bytes > 0 && first.response_wait_ms.is_none(), "{first:?}");
+    let d = records.iter().find(|r| r["event"] == "cc_decision").unwrap();
+    assert_eq!(
+        (d["transport"].as_str(), d["cca"].as_str(), d["choice"].as_str()),
+        (Some("tcp"), Some("cubic"), Some("bbr"))
+    );
+    let s = records
+        .iter()
+        .find(|r| r["event"] == "cc_switch" && r["outcome"] == "switched")
+        .unwrap();
+    assert_eq!(
+        (s["from"].as_str(), s["to"].as_str(), s["mode"].as_str()),
+        (Some("cubic"), Some("bbr"), Some("kernel"))
+    );
+}

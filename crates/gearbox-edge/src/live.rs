@@ -131,11 +131,24 @@ impl AppCounters {
     }
 }
 
-/// What the Floo loop reads of one live QUIC connection every selection period.
-pub(crate) struct QuicView {
-    pub conn_id: u64,
-    pub status: ControllerStatus,
-    pub app: Arc<AppCounters>,
+/// What the Floo loop reads of one live connection every selection period.
+pub(crate) enum PeriodView {
+    /// A QUIC connection on one of the suite's controllers, with its status.
+    Quic {
+        conn_id: u64,
+        status: ControllerStatus,
+        app: Arc<AppCounters>,
+    },
+    /// A kernel TCP connection: its socket, read with `TCP_INFO`.
+    Tcp { conn_id: u64, handle: TcpCcHandle },
+}
+
+impl PeriodView {
+    pub(crate) fn conn_id(&self) -> u64 {
+        match self {
+            PeriodView::Quic { conn_id, .. } | PeriodView::Tcp { conn_id, .. } => *conn_id,
+        }
+    }
 }
 
 /// The record a switch leaves in the edge's telemetry.
@@ -250,18 +263,22 @@ impl LiveConnections {
         }
     }
 
-    /// Every live QUIC connection on one of the suite's controllers that has a status
-    /// (an ACK seen), for the Floo loop.
-    pub(crate) fn quic_views(&self) -> Vec<QuicView> {
+    /// Every live connection a period gear can act on: QUIC on one of the suite's
+    /// controllers with a status (an ACK seen), and kernel TCP.
+    pub(crate) fn period_views(&self) -> Vec<PeriodView> {
         lock(&self.conns)
             .iter()
             .filter_map(|(&conn_id, e)| match &e.control {
-                CcControl::Quic(h) => h.status().map(|status| QuicView {
+                CcControl::Quic(h) => h.status().map(|status| PeriodView::Quic {
                     conn_id,
                     status,
                     app: e.app.clone(),
                 }),
-                _ => None,
+                CcControl::Tcp(handle) => Some(PeriodView::Tcp {
+                    conn_id,
+                    handle: handle.clone(),
+                }),
+                CcControl::QuinnBuiltIn(_) => None,
             })
             .collect()
     }
