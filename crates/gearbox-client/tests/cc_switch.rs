@@ -264,7 +264,7 @@ async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_k
 /// A period gear that always asks for one controller and keeps what it was shown.
 struct Recording {
     to: Cca,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<gearbox_gear_api::ConnectionStats>>>,
+    seen: Seen,
 }
 
 impl gearbox_gear_api::CcaPeriodGear for Recording {
@@ -274,23 +274,38 @@ impl gearbox_gear_api::CcaPeriodGear for Recording {
         _now: std::time::Instant,
     ) -> gearbox_gear_api::Decision<Cca> {
         self.seen.lock().unwrap().push(stats.clone());
-        gearbox_gear_api::Decision::new(self.to, "test: always copa")
+        gearbox_gear_api::Decision::new(self.to, format!("test: always {}", self.to))
     }
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<gearbox_gear_api::ConnectionStats>>>;
+
+/// An edge whose period gear asks for `to` every 200 ms, and what the gear is shown.
+async fn recording_edge(
+    site: &Site,
+    tweak: impl FnOnce(&mut gearbox_edge::EdgeConfig),
+    to: Cca,
+    mode: gearbox_cc::SwitchMode,
+) -> (Running, Seen) {
+    let seen = Seen::default();
+    let gear = gearbox_edge::floo::PeriodGear {
+        gear: Box::new(Recording { to, seen: seen.clone() }),
+        period: Duration::from_millis(200),
+        mode,
+    };
+    (start_with(site, tweak, Some(gear)).await, seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_switched_and_recorded() {
     let site = Site::new();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let gear = gearbox_edge::floo::PeriodGear {
-        gear: Box::new(Recording {
-            to: Cca::Copa,
-            seen: seen.clone(),
-        }),
-        period: Duration::from_millis(200),
-        mode: gearbox_cc::SwitchMode::Part,
-    };
-    let edge = start_with(&site, |c| c.cc = QuicCc::Suite(Cca::Cubic), Some(gear)).await;
+    let (edge, seen) = recording_edge(
+        &site,
+        |c| c.cc = QuicCc::Suite(Cca::Cubic),
+        Cca::Copa,
+        gearbox_cc::SwitchMode::Part,
+    )
+    .await;
     let (quic, admin_addr) = (edge.quic, edge.admin);
     let client = site.client();
     let url = format!("https://{quic}/bytes/300000");
@@ -353,16 +368,13 @@ async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_sw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_period_gear_reads_tcp_info_and_switches_the_kernel_controller() {
     let site = Site::new();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let gear = gearbox_edge::floo::PeriodGear {
-        gear: Box::new(Recording {
-            to: Cca::Bbr,
-            seen: seen.clone(),
-        }),
-        period: Duration::from_millis(200),
-        mode: gearbox_cc::SwitchMode::Full,
-    };
-    let edge = start_with(&site, |c| c.tcp_cc = Some(gearbox_cc::TcpCc::Cubic), Some(gear)).await;
+    let (edge, seen) = recording_edge(
+        &site,
+        |c| c.tcp_cc = Some(gearbox_cc::TcpCc::Cubic),
+        Cca::Bbr,
+        gearbox_cc::SwitchMode::Full,
+    )
+    .await;
     let (tcp, admin_addr) = (edge.tcp, edge.admin);
     let client = site.client();
     let url = format!("https://{tcp}/bytes/300000");

@@ -26,12 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gearbox_cc::{ControllerStatus, SwitchMode, TcpCc, TcpCcHandle};
-use gearbox_dataplane::telemetry::unix_ms_now;
 use gearbox_gear_api::{Cca, CcaPeriodGear, ConnectionStats, Transport};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::live::{AppCounters, PeriodView};
+use crate::live::{AppCounters, EventHead, PeriodView};
 use crate::Shared;
 
 /// A gear the edge asks every selection period, and how it switches.
@@ -56,12 +55,8 @@ impl std::fmt::Debug for PeriodGear {
 /// The decision record.
 #[derive(Debug, Serialize)]
 struct DecisionEvent<'a> {
-    side: &'static str,
-    schema: u32,
-    event: &'static str,
-    time_unix_ms: f64,
-    conn_id: u64,
-    transport: Transport,
+    #[serde(flatten)]
+    head: EventHead,
     cca: Cca,
     choice: Cca,
     reason: &'a str,
@@ -107,12 +102,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut pg: PeriodGear, cancel: Cancell
             let switched = d.choice != stats.cca && shared.live.switch(conn_id, d.choice, pg.mode).is_ok();
             tracing::debug!(conn_id, cca = %stats.cca, choice = %d.choice, reason = %d.reason, "floo decision");
             shared.telemetry.write(&DecisionEvent {
-                side: "edge",
-                schema: 1,
-                event: "cc_decision",
-                time_unix_ms: unix_ms_now(),
-                conn_id,
-                transport: stats.transport,
+                head: EventHead::now("cc_decision", conn_id, stats.transport),
                 cca: stats.cca,
                 choice: d.choice,
                 reason: &d.reason,

@@ -151,15 +151,37 @@ impl PeriodView {
     }
 }
 
-/// The record a switch leaves in the edge's telemetry.
+/// The fields every event record of a connection starts with (docs/telemetry.md "Event
+/// records").
 #[derive(Debug, Serialize)]
-struct SwitchEvent<'a> {
+pub(crate) struct EventHead {
     side: &'static str,
     schema: u32,
     event: &'static str,
     time_unix_ms: f64,
     conn_id: u64,
     transport: Transport,
+}
+
+impl EventHead {
+    /// The head of an `event` record of connection `conn_id`, now.
+    pub(crate) fn now(event: &'static str, conn_id: u64, transport: Transport) -> Self {
+        EventHead {
+            side: "edge",
+            schema: 1,
+            event,
+            time_unix_ms: unix_ms_now(),
+            conn_id,
+            transport,
+        }
+    }
+}
+
+/// The record a switch leaves in the edge's telemetry.
+#[derive(Debug, Serialize)]
+struct SwitchEvent<'a> {
+    #[serde(flatten)]
+    head: EventHead,
     #[serde(flatten)]
     record: &'a SwitchRecord,
 }
@@ -167,12 +189,8 @@ struct SwitchEvent<'a> {
 /// The record a kernel TCP switch leaves: no phases or windows, the kernel keeps them.
 #[derive(Debug, Serialize)]
 struct TcpSwitchEvent<'a> {
-    side: &'static str,
-    schema: u32,
-    event: &'static str,
-    time_unix_ms: f64,
-    conn_id: u64,
-    transport: Transport,
+    #[serde(flatten)]
+    head: EventHead,
     from: &'a str,
     to: &'a str,
     mode: &'static str,
@@ -236,12 +254,7 @@ impl LiveConnections {
                     counts.count(record.from.name(), record.to.name(), record.mode.name());
                 }
                 telemetry.write(&SwitchEvent {
-                    side: "edge",
-                    schema: 1,
-                    event: "cc_switch",
-                    time_unix_ms: unix_ms_now(),
-                    conn_id,
-                    transport,
+                    head: EventHead::now("cc_switch", conn_id, transport),
                     record,
                 });
             });
@@ -324,12 +337,7 @@ impl LiveConnections {
             self.counts.count(&from, name, "kernel");
         }
         self.telemetry.write(&TcpSwitchEvent {
-            side: "edge",
-            schema: 1,
-            event: "cc_switch",
-            time_unix_ms: unix_ms_now(),
-            conn_id,
-            transport: Transport::Tcp,
+            head: EventHead::now("cc_switch", conn_id, Transport::Tcp),
             from: &from,
             to: name,
             mode: "kernel",
