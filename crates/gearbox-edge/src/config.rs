@@ -59,6 +59,9 @@ pub struct EdgeConfig {
     pub tcp_processing_ms: u64,
     /// The same for requests served over QUIC (h3).
     pub quic_processing_ms: u64,
+    /// Limits and timeouts against slow or hostile clients (the `[limits]` table;
+    /// docs/edge.md "Limits").
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for EdgeConfig {
@@ -83,6 +86,7 @@ impl Default for EdgeConfig {
             handshake_timeout_ms: 10_000,
             tcp_processing_ms: 0,
             quic_processing_ms: 0,
+            limits: crate::limits::Limits::default(),
         }
     }
 }
@@ -138,6 +142,7 @@ impl EdgeConfig {
         if self.handshake_timeout_ms == 0 {
             return invalid("handshake_timeout_ms", "must be positive".into());
         }
+        self.limits.validate()?;
         if let Some(dir) = &self.static_dir {
             if !dir.is_dir() {
                 return invalid("static_dir", format!("{} is not a directory", dir.display()));
@@ -192,6 +197,42 @@ mod tests {
             cfg.validate().unwrap_err().to_string(),
             "invalid value for `max_bytes`: must be at least 1"
         );
+    }
+
+    #[test]
+    fn limits_table_sets_fields_and_rejects_unknown_ones() {
+        let cfg = EdgeConfig::from_toml(
+            "[limits]\nmax_headers = 7\nbody_read_timeout_ms = 500\n",
+            Path::new("e.toml"),
+        )
+        .unwrap();
+        assert_eq!(cfg.limits.max_headers, 7);
+        assert_eq!(cfg.limits.body_read_timeout_ms, 500);
+        assert_eq!(
+            cfg.limits.max_connections,
+            crate::limits::Limits::default().max_connections
+        );
+        let err = EdgeConfig::from_toml("[limits]\nmax_header = 7\n", Path::new("e.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("e.toml:2:") && err.contains("max_header"), "{err}");
+    }
+
+    #[test]
+    fn zero_or_inconsistent_limits_are_rejected_by_field_name() {
+        let mut cfg = EdgeConfig::default();
+        cfg.limits.max_connections = 0;
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "invalid value for `limits.max_connections`: must be positive"
+        );
+        let mut cfg = EdgeConfig::default();
+        cfg.limits.max_buffered_body_bytes = cfg.limits.body_memory_bytes + 1;
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("`limits.max_buffered_body_bytes`"));
     }
 
     #[test]
