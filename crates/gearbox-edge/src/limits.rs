@@ -55,7 +55,9 @@ pub struct Limits {
     /// alive while a request is in progress and finds dead peers.
     pub keep_alive_interval_ms: u64,
     /// HTTP/2: an unanswered PING closes the connection after this long,
-    /// milliseconds (on QUIC the transport's `idle_timeout_ms` does it).
+    /// milliseconds (on QUIC the transport's `idle_timeout_ms` does it). Also the
+    /// grace of a TCP connection told to close: with nothing in progress this long
+    /// after its GOAWAY, it is dropped whether or not the peer answers.
     pub keep_alive_timeout_ms: u64,
     /// Concurrent request streams per connection: HTTP/2
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` (a stream over it is refused with
