@@ -237,7 +237,7 @@ async fn connection(
                             }
                         }
                         Err(_) => {
-                            // Dropping the resolver resets the stream.
+                            // Dropping the resolver ends the stream with no response.
                             conn.shared.metrics.limit_hits.count(Hit::HeaderTimeout);
                             conn.shared
                                 .telemetry
