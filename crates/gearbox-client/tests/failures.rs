@@ -279,3 +279,173 @@ async fn a_request_that_outlives_its_timeout_is_cut_off_with_a_record() {
     })
     .await;
 }
+
+/// A TLS server (HTTP/1.1 and HTTP/2 by ALPN, hyper) whose every response promises
+/// 2 MB, sends 100 kB, and then dies: its socket is closed with `SO_LINGER` 0, so the
+/// client gets a reset with no orderly end, as when the process is killed.
+async fn dying_server(cert: &Path, key: &Path) -> SocketAddr {
+    let cfg = tls::server_config(
+        tls::load_certs(cert).unwrap(),
+        tls::load_key(key).unwrap(),
+        &tls::ALPN_TCP,
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+                let Ok(stream) = acceptor.accept(tcp).await else { return };
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let killed = Arc::new(tokio::sync::Notify::new());
+                let kill = killed.clone();
+                let svc = hyper::service::service_fn(move |_req| {
+                    let kill = kill.clone();
+                    async move {
+                        let frames = futures::stream::unfold(0u8, move |step| {
+                            let kill = kill.clone();
+                            async move {
+                                if step == 0 {
+                                    let chunk = bytes::Bytes::from(vec![b'k'; 100_000]);
+                                    return Some((Ok::<_, std::io::Error>(hyper::body::Frame::data(chunk)), 1));
+                                }
+                                kill.notify_one();
+                                std::future::pending::<()>().await;
+                                None
+                            }
+                        });
+                        let body = http_body_util::StreamBody::new(frames);
+                        let resp = http::Response::builder()
+                            .header("content-length", "2000000")
+                            .body(body)
+                            .unwrap();
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let served = async {
+                    if h2 {
+                        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                            .serve_connection(io, svc)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, svc)
+                            .await;
+                    }
+                };
+                tokio::select! {
+                    _ = served => {}
+                    _ = killed.notified() => {
+                        // Let the first 100 kB leave, then die.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_response_is_an_http_error_with_a_record_over_h1_and_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = cert_pair(dir.path(), "server");
+    let addr = dying_server(&cert, &key).await;
+    let client = Client::new(quick_config(Trust::InsecureAny)).unwrap();
+    bounded(async {
+        for (transport, protocol) in [(TransportPref::Tcp, "h2"), (TransportPref::H1, "h1")] {
+            let (result, record) = client
+                .request_with_record(Request::get(format!("https://{addr}/big"), transport))
+                .await;
+            let err = result.expect_err("the server died mid-response");
+            assert!(
+                matches!(&err, ClientError::Http { protocol: p, .. } if *p == protocol),
+                "{transport}: {err}"
+            );
+            assert!(record.error.is_some(), "{transport}: the record names the failure");
+            assert!(
+                record.rct_ms.is_none(),
+                "{transport}: no completion time for a cut response"
+            );
+        }
+    })
+    .await;
+}
+
+/// A UDP relay between the client and a QUIC server that forwards both ways until the
+/// server has sent `budget` bytes, then drops every datagram: a path blackholed
+/// mid-transfer. Returns the address the client dials.
+async fn blackholing_relay(server: SocketAddr, budget: usize) -> SocketAddr {
+    let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    back.connect(server).await.unwrap();
+    let addr = front.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut client = None;
+        let mut forwarded = 0usize;
+        let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
+        loop {
+            tokio::select! {
+                r = front.recv_from(&mut up) => {
+                    let Ok((n, from)) = r else { return };
+                    client = Some(from);
+                    if forwarded < budget {
+                        let _ = back.send(&up[..n]).await;
+                    }
+                }
+                r = back.recv(&mut down) => {
+                    let Ok(n) = r else { return };
+                    if forwarded < budget {
+                        forwarded += n;
+                        if let Some(c) = client {
+                            let _ = front.send_to(&down[..n], c).await;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_quic_path_blackholed_mid_response_ends_in_a_typed_error_with_a_record() {
+    let site = common::Site::new();
+    let edge = site.default_edge().await;
+    let quic = edge.quic_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(edge.serve(async move {
+        let _ = stopped.await;
+    }));
+    let relay = blackholing_relay(quic, 300_000).await;
+    let client = Client::new(ClientConfig {
+        request_timeout: Duration::from_secs(20),
+        ..quick_config(Trust::InsecureAny)
+    })
+    .unwrap();
+    bounded(async {
+        let (result, record) = client
+            .request_with_record(Request::get(
+                format!("https://127.0.0.1:{}/bytes/20000000", relay.port()),
+                TransportPref::Quic,
+            ))
+            .await;
+        let err = result.expect_err("the path went dark mid-response");
+        assert!(
+            matches!(
+                err,
+                ClientError::QuicSilent { .. } | ClientError::Http { protocol: "h3", .. }
+            ),
+            "{err}"
+        );
+        assert!(record.error.is_some(), "the record names the failure: {record:?}");
+        assert!(record.rct_ms.is_none());
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = bounded(serving).await;
+}

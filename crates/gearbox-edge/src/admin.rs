@@ -21,6 +21,7 @@ pub(crate) async fn serve(
     metrics: Arc<Metrics>,
     live: Arc<LiveConnections>,
     listener: tokio::net::TcpListener,
+    header_timeout: std::time::Duration,
     cancel: CancellationToken,
 ) {
     loop {
@@ -44,7 +45,7 @@ pub(crate) async fn serve(
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(10))
+                .header_read_timeout(header_timeout)
                 .serve_connection(io, svc)
                 .await;
         });

@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 pub mod config;
 pub mod floo;
 pub mod h3_ack;
+pub mod limits;
 pub mod live;
 pub mod metrics;
 pub mod policy;
@@ -34,6 +35,7 @@ mod quic;
 mod tcp;
 
 pub use config::{ConfigError, EdgeConfig};
+pub use limits::Limits;
 pub use live::{CcControl, LiveConnections, LiveSummary, SwitchError};
 pub use metrics::Metrics;
 pub use policy::{ConnectionGears, QuicChoice, StaticCca, StaticInitialWindow};
@@ -140,6 +142,10 @@ pub struct Shared {
     tracker: TaskTracker,
     /// TCP WISE's Cwnd Table and kernel program, with `--cwnd-table`.
     pub tcp_iw: Option<Arc<tcpwise::TcpWise>>,
+    /// Open connections, in total and per client address (`limits.max_connections*`).
+    pub(crate) connections: Arc<limits::ConnectionCap>,
+    /// The budget of request bodies held whole (`limits.body_memory_bytes`).
+    pub(crate) body_memory: limits::BodyMemory,
 }
 
 impl Shared {
@@ -160,7 +166,7 @@ impl Shared {
             let factory = choice
                 .cc
                 .factory_with(&self.cc_config, choice.initial_window_packets, handle.clone())?;
-            let config = quic_server_config(&self.quic_crypto, factory, self.config.idle_timeout_ms);
+            let config = quic_server_config(&self.quic_crypto, factory, &self.config);
             return Ok((Arc::new(config), CcControl::Quic(handle)));
         }
         let mut cache = self.quic_configs.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,11 +174,7 @@ impl Shared {
             return Ok((c.clone(), CcControl::QuinnBuiltIn(choice.cc)));
         }
         let factory = choice.cc.factory(choice.initial_window_packets)?;
-        let config = Arc::new(quic_server_config(
-            &self.quic_crypto,
-            factory,
-            self.config.idle_timeout_ms,
-        ));
+        let config = Arc::new(quic_server_config(&self.quic_crypto, factory, &self.config));
         cache.insert(choice.clone(), config.clone());
         Ok((config, CcControl::QuinnBuiltIn(choice.cc)))
     }
@@ -181,13 +183,16 @@ impl Shared {
 fn quic_server_config(
     crypto: &Arc<quinn::crypto::rustls::QuicServerConfig>,
     factory: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync>,
-    idle_timeout_ms: u64,
+    config: &EdgeConfig,
 ) -> quinn::ServerConfig {
+    let limits = &config.limits;
     let mut transport = quinn::TransportConfig::default();
     transport
         .congestion_controller_factory(factory)
-        .max_concurrent_bidi_streams(1024u32.into())
-        .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(idle_timeout_ms)).ok());
+        // Stream credit: a client cannot open more requests than this at once.
+        .max_concurrent_bidi_streams(limits.max_streams_per_connection.into())
+        .keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_interval_ms)))
+        .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(config.idle_timeout_ms)).ok());
     let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
     sc.transport_config(Arc::new(transport));
     sc
@@ -253,7 +258,10 @@ impl Edge {
             })?,
             None => TelemetrySink::disabled(),
         };
-        let proxy = config.upstream.as_deref().and_then(service::Proxy::new);
+        let proxy = config
+            .upstream
+            .as_deref()
+            .and_then(|u| service::Proxy::new(u, &config.limits));
         // Every accepted connection gets its own gears' config; this one is never used.
         let default_factory = config
             .cc
@@ -264,11 +272,7 @@ impl Edge {
             })?;
         let quic = gearbox_dataplane::transport::quic_endpoint(
             quic_addr,
-            Some(quic_server_config(
-                &quic_crypto,
-                default_factory,
-                config.idle_timeout_ms,
-            )),
+            Some(quic_server_config(&quic_crypto, default_factory, &config)),
         )
         .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
@@ -281,6 +285,8 @@ impl Edge {
         let metrics = Arc::new(Metrics::default());
         metrics.set_switch_counts(switch_counts);
         let shared = Arc::new(Shared {
+            connections: limits::ConnectionCap::new(&config.limits),
+            body_memory: limits::BodyMemory::new(config.limits.body_memory_bytes),
             cc_config: Arc::new(config.congestion.clone()),
             live,
             alt_svc,
@@ -351,6 +357,7 @@ impl Edge {
                 shared.metrics.clone(),
                 shared.live.clone(),
                 a,
+                Duration::from_millis(shared.config.limits.admin_header_timeout_ms),
                 cancel.clone(),
             ))
         });

@@ -32,6 +32,8 @@ pub struct Metrics {
     /// QUIC handshakes that failed or timed out.
     pub handshake_failures_quic: AtomicU64,
     switch_counts: std::sync::OnceLock<Arc<crate::live::SwitchCounts>>,
+    /// Requests and connections stopped by a limit (docs/edge.md "Limits").
+    pub limit_hits: crate::limits::HitCounts,
 }
 
 impl Metrics {
@@ -97,6 +99,19 @@ impl Metrics {
             self.handshake_failures_tcp.load(Relaxed),
             self.handshake_failures_quic.load(Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP gearbox_limit_hits_total Requests and connections stopped by a limit.\n\
+             # TYPE gearbox_limit_hits_total counter"
+        );
+        for hit in crate::limits::Hit::ALL {
+            let _ = writeln!(
+                out,
+                "gearbox_limit_hits_total{{limit=\"{}\"}} {}",
+                hit.name(),
+                self.limit_hits.get(hit)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP process_cpu_seconds_total User and system CPU time of the edge process.\n\

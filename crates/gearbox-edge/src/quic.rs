@@ -6,14 +6,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::transport;
 use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::h3_ack::{AckConnection, AckOutcome, AckWatch, Bidi};
+use crate::h3_ack::{AckConnection, AckOutcome, AckWatch, Bidi, SendHalf};
+use crate::limits::{Activity, Hit};
 use crate::live::AppCounters;
 use crate::service::{respond, EdgeBody, RequestBody};
 use crate::Shared;
@@ -24,6 +25,7 @@ const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
 const GOAWAY_LINGER: Duration = Duration::from_millis(500);
 
 type H3Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
+type H3Send = h3::server::RequestStream<SendHalf<Bytes>, Bytes>;
 
 struct Conn {
     shared: Arc<Shared>,
@@ -59,6 +61,14 @@ fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord
     .with_shared(shared)
 }
 
+/// The record of a stream or connection that a limit stopped before it became a request.
+fn limit_record(conn: &Conn, hit: Hit, status: Option<u16>) -> EdgeRecord {
+    let mut rec = record(&conn.shared, conn.id, conn.peer, "");
+    rec.error = Some(hit.name().to_string());
+    rec.status = status;
+    rec
+}
+
 trait WithShared {
     fn with_shared(self, shared: &Shared) -> Self;
 }
@@ -83,6 +93,19 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
         };
         let peer = incoming.remote_address();
         let id = shared.conn_id();
+        let admission = match shared.connections.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(hit) => {
+                // CONNECTION_REFUSED before any handshake work.
+                incoming.refuse();
+                shared.metrics.limit_hits.count(hit);
+                let mut rec = record(&shared, id, peer, "");
+                rec.protocol = None;
+                rec.error = Some(hit.name().to_string());
+                shared.telemetry.write(&rec);
+                continue;
+            }
+        };
         let accepted = AcceptedConnection::new(id, peer, Transport::Quic, unix_ms_now());
         let (choice, iw) = shared.gears.quic(&accepted);
         let (config, control) = match shared.quic_config(&choice) {
@@ -105,6 +128,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
                 shared.tracker.spawn(async move {
                     connection(shared2, connecting, id, peer, cc, iw, app, cancel2).await;
                     drop(live);
+                    drop(admission);
                 });
             }
             Err(e) => {
@@ -144,7 +168,10 @@ async fn connection(
     };
     let _open = shared.metrics.connection(Protocol::H3);
     let watch = AckWatch::default();
+    let limits = &shared.config.limits;
     let mut h3conn = match h3::server::builder()
+        // h3 answers 431 itself to a larger field section (RFC 9114 §4.2.2).
+        .max_field_section_size(limits.max_header_bytes.into())
         .build::<_, Bytes>(AckConnection::new(quinn.clone(), watch.clone()))
         .await
     {
@@ -154,6 +181,8 @@ async fn connection(
             return;
         }
     };
+    let activity = Activity::new();
+    let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let conn = Arc::new(Conn {
         shared: shared.clone(),
         id,
@@ -183,17 +212,46 @@ async fn connection(
                     let _ = h3conn.shutdown(0).await;
                     continue;
                 }
+                _ = activity.idle_for(idle) => {
+                    // Idle: GOAWAY, then the orderly close below.
+                    closing = true;
+                    shared.metrics.limit_hits.count(Hit::Idle);
+                    if activity.requests() == 0 {
+                        shared.telemetry.write(&limit_record(&conn, Hit::Idle, None));
+                    }
+                    let _ = h3conn.shutdown(0).await;
+                    continue;
+                }
                 r = h3conn.accept() => r,
             }
         };
         match next {
             Ok(Some(resolver)) => {
                 let conn = conn.clone();
+                let active = activity.start();
+                let head_timeout = Duration::from_millis(limits.header_read_timeout_ms);
                 shared.tracker.spawn(requests.track_future(async move {
-                    match resolver.resolve_request().await {
-                        Ok((req, stream)) => request(conn, req, stream).await,
-                        Err(e) => tracing::debug!(error = %e, "bad HTTP/3 request"),
+                    match tokio::time::timeout(head_timeout, resolver.resolve_request()).await {
+                        Ok(Ok((req, stream))) => request(conn, req, stream).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "bad HTTP/3 request");
+                            // h3 has answered 431 itself to an oversize field section.
+                            if let h3::error::StreamError::HeaderTooBig { .. } = e {
+                                conn.shared.metrics.limit_hits.count(Hit::Headers);
+                                conn.shared
+                                    .telemetry
+                                    .write(&limit_record(&conn, Hit::Headers, Some(431)));
+                            }
+                        }
+                        Err(_) => {
+                            // Dropping the resolver ends the stream with no response.
+                            conn.shared.metrics.limit_hits.count(Hit::HeaderTimeout);
+                            conn.shared
+                                .telemetry
+                                .write(&limit_record(&conn, Hit::HeaderTimeout, None));
+                        }
                     }
+                    drop(active);
                 }));
             }
             Ok(None) => break,
@@ -211,7 +269,7 @@ async fn connection(
     }
 }
 
-async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) {
+async fn request(conn: Arc<Conn>, req: http::Request<()>, stream: H3Stream) {
     let time_unix_ms = unix_ms_now();
     let (parts, ()) = req.into_parts();
     let mut rec = record(&conn.shared, conn.id, conn.peer, "");
@@ -219,9 +277,10 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
     rec.time_unix_ms = time_unix_ms;
     rec.method = parts.method.to_string();
     rec.path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-    let outcome = serve(&conn, parts, &mut stream).await;
+    let outcome = serve(&conn, parts, stream).await;
     match outcome {
-        Ok((status, bytes, first_byte, ack)) => {
+        Ok((status, bytes, first_byte, ack, hit)) => {
+            rec.error = hit.map(|h| h.name().to_string());
             rec.status = Some(status);
             rec.bytes = bytes;
             let (at, source) = match ack {
@@ -242,7 +301,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
     conn.shared.telemetry.write(&rec);
     // Counted once its record is complete, so a reader of /metrics that sees the count
     // knows the record (and the controller it names) is settled.
-    if rec.error.is_none() {
+    if rec.status.is_some() {
         conn.shared.metrics.request(Protocol::H3, rec.bytes);
     }
 }
@@ -251,19 +310,19 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
 /// when the first body byte could go. Counts each written chunk out of `app`'s unsent
 /// bytes when the size was known (and so counted in).
 async fn send_body(
-    stream: &mut H3Stream,
+    send: &mut H3Send,
     head: http::response::Parts,
     payload: &mut EdgeBody,
     app: &AppCounters,
     counted: bool,
     bytes: &mut u64,
 ) -> Result<Instant, Box<dyn std::error::Error + Send + Sync>> {
-    stream.send_response(http::Response::from_parts(head, ())).await?;
+    send.send_response(http::Response::from_parts(head, ())).await?;
     let first_byte = Instant::now();
     while let Some(frame) = payload.frame().await {
         if let Ok(data) = frame?.into_data() {
             let n = data.len() as u64;
-            stream.send_data(data).await?;
+            send.send_data(data).await?;
             *bytes += n;
             if counted {
                 app.written(n);
@@ -273,27 +332,17 @@ async fn send_body(
     Ok(first_byte)
 }
 
-/// Reads the request body, answers, and waits for the acknowledgement of the last byte.
+/// Answers (reading the request body as the route needs it), and waits for the
+/// acknowledgement of the last byte.
 async fn serve(
     conn: &Conn,
     parts: http::request::Parts,
-    stream: &mut H3Stream,
-) -> Result<(u16, u64, Instant, Option<AckOutcome>), Box<dyn std::error::Error + Send + Sync>> {
-    let limit = conn.shared.config.max_bytes;
-    let mut body = BytesMut::new();
-    while let Some(mut chunk) = stream.recv_data().await? {
-        if body.len() as u64 + chunk.remaining() as u64 > limit {
-            return Err(format!("request body over {limit} bytes").into());
-        }
-        while chunk.has_remaining() {
-            let c = chunk.chunk();
-            body.extend_from_slice(c);
-            let n = c.len();
-            chunk.advance(n);
-        }
-    }
+    stream: H3Stream,
+) -> Result<(u16, u64, Instant, Option<AckOutcome>, Option<Hit>), Box<dyn std::error::Error + Send + Sync>> {
+    let (mut send, recv): (H3Send, _) = stream.split();
     crate::service::added_processing(conn.shared.config.quic_processing_ms).await;
-    let resp = respond(&conn.shared, parts, RequestBody::Buffered(body.freeze())).await;
+    let resp = respond(&conn.shared, parts, RequestBody::H3(Box::new(recv))).await;
+    let hit = crate::service::hit_of(&resp);
     let (mut head, mut payload) = resp.into_parts();
     // hyper sets Content-Length from an exact body size on HTTP/1.1 and HTTP/2; h3 leaves it to us.
     if let Some(n) = http_body::Body::size_hint(&payload).exact() {
@@ -308,19 +357,18 @@ async fn serve(
     let known = http_body::Body::size_hint(&payload).exact();
     conn.app.generated(known.unwrap_or(0));
     let mut bytes = 0u64;
-    let sent = send_body(stream, head, &mut payload, &conn.app, known.is_some(), &mut bytes).await;
+    let sent = send_body(&mut send, head, &mut payload, &conn.app, known.is_some(), &mut bytes).await;
     if let Some(n) = known {
         // What a failed or short body left counted in.
         conn.app.written(n.saturating_sub(bytes));
     }
     let first_byte = sent?;
     conn.app.finished(generated.elapsed());
-    let acked = conn.watch.watch(stream.send_id());
-    // (`send_body` has written every byte: the stream is finished below.)
-    stream.finish().await?;
+    let acked = conn.watch.watch(send.send_id());
+    send.finish().await?;
     let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked)
         .await
         .ok()
         .and_then(Result::ok);
-    Ok((status, bytes, first_byte, ack))
+    Ok((status, bytes, first_byte, ack, hit))
 }

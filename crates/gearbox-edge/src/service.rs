@@ -4,18 +4,31 @@
 //! Routing is a pure function of method and path ([`route`]) so that it is tested
 //! without sockets; [`respond`] turns a route into a response whose body is an
 //! [`EdgeBody`], which both the hyper and the h3 paths stream frame by frame.
+//!
+//! Request bodies arrive through one [`BodyReader`] for every protocol, which
+//! enforces `max_body_bytes` and the gap of `body_read_timeout_ms` (docs/edge.md
+//! "Limits"). Only `/echo` holds a body whole, against a budget shared by the edge
+//! (`body_memory_bytes`); `POST /bytes/{n}` and the proxy stream the body through.
+//! Routing touches no file system: whether a static path names a file is decided
+//! on tokio's blocking pool, never on a runtime thread.
 
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
+use crate::limits::Hit;
 use crate::Shared;
+
+/// The request half of an HTTP/3 stream.
+pub type H3Recv = h3::server::RequestStream<crate::h3_ack::RecvHalf, Bytes>;
+/// Boxed errors of bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Size of the shared payload that `/bytes/{n}` slices its frames from.
 const PAYLOAD_CHUNK: usize = 256 * 1024;
@@ -30,7 +43,8 @@ pub enum Route {
     Bytes(u64),
     /// `/echo`: the request body back (or a text description of the request if it has none).
     Echo,
-    /// A file of the static directory.
+    /// A path of the static directory that may name a file (or a directory with an
+    /// `index.html`); whether it does is looked up off the runtime threads.
     File(PathBuf),
     /// To the upstream origin.
     Proxy,
@@ -62,7 +76,7 @@ pub fn route(method: &Method, path: &str, max_bytes: u64, static_dir: Option<&Pa
     }
     if let Some(dir) = static_dir {
         if method == Method::GET || method == Method::HEAD {
-            if let Some(file) = static_file(dir, path) {
+            if let Some(file) = static_candidate(dir, path) {
                 return Route::File(file);
             }
         }
@@ -73,8 +87,9 @@ pub fn route(method: &Method, path: &str, max_bytes: u64, static_dir: Option<&Pa
     Route::Error(StatusCode::NOT_FOUND, format!("no route for {path}\n"))
 }
 
-/// The file a URL path names inside `dir`, if it exists; `..` and hidden names never match.
-fn static_file(dir: &Path, path: &str) -> Option<PathBuf> {
+/// The path a URL path names inside `dir`, without looking at the disk; `..` and
+/// hidden names never match.
+fn static_candidate(dir: &Path, path: &str) -> Option<PathBuf> {
     let rel = Path::new(path.trim_start_matches('/'));
     let mut out = dir.to_path_buf();
     for c in rel.components() {
@@ -83,13 +98,11 @@ fn static_file(dir: &Path, path: &str) -> Option<PathBuf> {
             _ => return None,
         }
     }
-    if out.is_dir() {
-        out.push("index.html");
-    }
-    out.is_file().then_some(out)
+    Some(out)
 }
 
 /// A static file, ready to send.
+#[derive(Debug)]
 enum Opened {
     /// Small enough to have been read whole.
     Whole(Bytes),
@@ -104,18 +117,40 @@ enum Opened {
 /// `/bytes/1024` answer and fell behind caddy (docs/benchmarks.md). Reading inline on
 /// the runtime thread, as nginx does, was tried and measured no better here, and would
 /// let a cold disk stall every connection on that thread.
-async fn open_file(path: &Path, head: bool) -> std::io::Result<Opened> {
+///
+/// A directory stands for its `index.html`; a path that names no regular file gives
+/// `Ok(None)` (the request then goes on to the proxy, or gets 404). The checks run
+/// in the same blocking task as the open, so no `stat` ever runs on a runtime thread.
+async fn open_file(path: &Path, head: bool) -> std::io::Result<Option<(PathBuf, Opened)>> {
     use std::io::Read;
-    let path = path.to_path_buf();
+    let mut path = path.to_path_buf();
     let opened = tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::File::open(&path)?;
-        let len = f.metadata()?.len();
+        if path.is_dir() {
+            path.push("index.html");
+        }
+        let mut f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let len = meta.len();
         if head || len > FILE_CHUNK as u64 {
-            return Ok(Opened::Stream(tokio::fs::File::from_std(f), len));
+            return Ok(Some((path, Opened::Stream(tokio::fs::File::from_std(f), len))));
         }
         let mut buf = Vec::with_capacity(len as usize);
         f.read_to_end(&mut buf)?;
-        Ok(Opened::Whole(buf.into()))
+        Ok(Some((path, Opened::Whole(buf.into()))))
     })
     .await;
     opened.unwrap_or_else(|e| Err(std::io::Error::other(e)))
@@ -142,20 +177,150 @@ fn content_type(path: &Path) -> &'static str {
 pub enum RequestBody {
     /// hyper's streaming body (HTTP/1.1, HTTP/2).
     Hyper(hyper::body::Incoming),
-    /// Already read (HTTP/3).
-    Buffered(Bytes),
+    /// The request half of an HTTP/3 stream.
+    H3(Box<H3Recv>),
+    /// No body.
+    Empty,
 }
 
-impl RequestBody {
-    /// Reads the whole body, up to `limit` bytes.
-    async fn read_all(self, limit: u64) -> Result<Bytes, String> {
+/// Why a request body could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over a size limit (413): the limit's value and field name.
+    TooLarge(u64, &'static str),
+    /// No bytes for `body_read_timeout_ms` (408).
+    Timeout(Duration),
+    /// The edge's budget for bodies held whole is spent (503).
+    NoMemory,
+    /// The client's stream failed (400).
+    Broken(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RequestBody::Buffered(b) => Ok(b),
-            RequestBody::Hyper(inc) => {
-                let limited = http_body_util::Limited::new(inc, usize::try_from(limit).unwrap_or(usize::MAX));
-                limited.collect().await.map(|c| c.to_bytes()).map_err(|e| e.to_string())
+            BodyError::TooLarge(n, field) => write!(f, "request body over this edge's limit of {n} bytes ({field})"),
+            BodyError::Timeout(d) => write!(
+                f,
+                "no request body bytes for {} ms (body_read_timeout_ms)",
+                d.as_millis()
+            ),
+            BodyError::NoMemory => write!(f, "the edge holds as many request bodies as it may (body_memory_bytes)"),
+            BodyError::Broken(e) => write!(f, "cannot read request body: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// Reads a request body piece by piece, whatever the protocol, within
+/// `max_body_bytes` and with at most `body_read_timeout_ms` between two pieces.
+pub struct BodyReader {
+    body: RequestBody,
+    read: u64,
+    limit: u64,
+    gap: Duration,
+    done: bool,
+}
+
+impl BodyReader {
+    /// A reader with the edge's limits.
+    pub fn new(body: RequestBody, limits: &crate::Limits) -> Self {
+        let done = match &body {
+            RequestBody::Hyper(inc) => http_body::Body::is_end_stream(inc),
+            RequestBody::Empty => true,
+            RequestBody::H3(_) => false,
+        };
+        BodyReader {
+            body,
+            read: 0,
+            limit: limits.max_body_bytes,
+            gap: Duration::from_millis(limits.body_read_timeout_ms),
+            done,
+        }
+    }
+
+    /// The next piece of the body, `None` at its end.
+    pub async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        if self.done {
+            return None;
+        }
+        let piece = match tokio::time::timeout(self.gap, next_piece(&mut self.body)).await {
+            Err(_) => Some(Err(BodyError::Timeout(self.gap))),
+            Ok(p) => p,
+        };
+        match &piece {
+            None | Some(Err(_)) => self.done = true,
+            Some(Ok(b)) => {
+                self.read += b.len() as u64;
+                if self.read > self.limit {
+                    self.done = true;
+                    return Some(Err(BodyError::TooLarge(self.limit, "limits.max_body_bytes")));
+                }
             }
         }
+        piece
+    }
+
+    /// Reads and drops the rest of the body; the bytes read.
+    async fn drain(&mut self) -> Result<u64, BodyError> {
+        while let Some(p) = self.next().await {
+            p?;
+        }
+        Ok(self.read)
+    }
+
+    /// Reads the whole body into memory, up to `max` bytes, taking each byte from the
+    /// edge's shared budget; the budget is held by the returned permit.
+    async fn read_all(
+        &mut self,
+        max: u64,
+        memory: &crate::limits::BodyMemory,
+    ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), BodyError> {
+        let mut held = None;
+        let mut buf = BytesMut::new();
+        while let Some(p) = self.next().await {
+            let p = p?;
+            if (buf.len() + p.len()) as u64 > max {
+                self.done = true;
+                return Err(BodyError::TooLarge(max, "limits.max_buffered_body_bytes"));
+            }
+            memory.take(&mut held, p.len()).map_err(|_| BodyError::NoMemory)?;
+            buf.extend_from_slice(&p);
+        }
+        Ok((buf.freeze(), held))
+    }
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        // RFC 9114 §4.1: a server that answers before the request is complete may stop
+        // reading it with H3_NO_ERROR; quinn's own default (code 0) would read as an error.
+        if let (false, RequestBody::H3(s)) = (self.done, &mut self.body) {
+            s.stop_sending(h3::error::Code::H3_NO_ERROR);
+        }
+    }
+}
+
+async fn next_piece(body: &mut RequestBody) -> Option<Result<Bytes, BodyError>> {
+    match body {
+        RequestBody::Empty => None,
+        RequestBody::Hyper(inc) => loop {
+            match inc.frame().await? {
+                Ok(f) => match f.into_data() {
+                    Ok(d) if d.is_empty() => continue,
+                    Ok(d) => return Some(Ok(d)),
+                    // Trailers: nothing a route here uses.
+                    Err(_) => continue,
+                },
+                Err(e) => return Some(Err(BodyError::Broken(e.to_string()))),
+            }
+        },
+        RequestBody::H3(s) => match s.recv_data().await {
+            Ok(Some(mut b)) => Some(Ok(b.copy_to_bytes(b.remaining()))),
+            Ok(None) => None,
+            Err(e) => Some(Err(BodyError::Broken(e.to_string()))),
+        },
     }
 }
 
@@ -168,6 +333,9 @@ pub struct EdgeBody {
     kind: BodyKind,
     sent: u64,
     on_end: Option<OnEnd>,
+    /// Held until the body is dropped: the request's place in its connection's
+    /// activity, the memory budget of a body held whole.
+    keep: Vec<Box<dyn Send + Sync>>,
 }
 
 enum BodyKind {
@@ -190,6 +358,7 @@ impl EdgeBody {
             kind: BodyKind::Full(Some(b.into())),
             sent: 0,
             on_end: None,
+            keep: Vec::new(),
         }
     }
 
@@ -198,7 +367,22 @@ impl EdgeBody {
             kind: BodyKind::Repeat { remaining: n },
             sent: 0,
             on_end: None,
+            keep: Vec::new(),
         }
+    }
+
+    fn from_kind(kind: BodyKind) -> Self {
+        EdgeBody {
+            kind,
+            sent: 0,
+            on_end: None,
+            keep: Vec::new(),
+        }
+    }
+
+    /// Keeps `v` alive as long as the body.
+    pub fn keep(&mut self, v: impl Send + Sync + 'static) {
+        self.keep.push(Box::new(v));
     }
 
     /// Calls `f` when the body ends or is dropped unfinished.
@@ -305,6 +489,36 @@ fn text(status: StatusCode, msg: String) -> Response<EdgeBody> {
     r
 }
 
+/// An answer to a request that ran into a limit: counted, and marked with the limit
+/// so that the request's telemetry record names it in `error`.
+fn limit_hit(shared: &Shared, hit: Hit, status: StatusCode, msg: String) -> Response<EdgeBody> {
+    shared.metrics.limit_hits.count(hit);
+    tracing::debug!(limit = hit.name(), %status, "{}", msg.trim_end());
+    let mut r = text(status, msg);
+    r.extensions_mut().insert(hit);
+    if hit == Hit::BodyMemory {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// The answer to a body that could not be read.
+fn body_error(shared: &Shared, e: BodyError) -> Response<EdgeBody> {
+    let msg = format!("{e}\n");
+    match e {
+        BodyError::TooLarge(..) => limit_hit(shared, Hit::BodySize, StatusCode::PAYLOAD_TOO_LARGE, msg),
+        BodyError::Timeout(_) => limit_hit(shared, Hit::BodyTimeout, StatusCode::REQUEST_TIMEOUT, msg),
+        BodyError::NoMemory => limit_hit(shared, Hit::BodyMemory, StatusCode::SERVICE_UNAVAILABLE, msg),
+        BodyError::Broken(_) => text(StatusCode::BAD_REQUEST, msg),
+    }
+}
+
+/// The limit a response was stopped by, if any (for its telemetry record).
+pub fn hit_of<B>(resp: &Response<B>) -> Option<Hit> {
+    resp.extensions().get::<Hit>().copied()
+}
+
 /// Waits `ms` before a request is served: `tcp_processing_ms` / `quic_processing_ms`,
 /// a server made slower on one protocol (WiseTrans §IV-D, Fig. 11's changed implementation).
 pub async fn added_processing(ms: u64) {
@@ -313,11 +527,49 @@ pub async fn added_processing(ms: u64) {
     }
 }
 
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Serves one request. Never fails: every problem becomes an error response.
 pub async fn respond(shared: &Shared, parts: http::request::Parts, body: RequestBody) -> Response<EdgeBody> {
+    let mut resp = answer(shared, parts, body).await;
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("gearbox"));
+    resp
+}
+
+async fn answer(shared: &Shared, parts: http::request::Parts, body: RequestBody) -> Response<EdgeBody> {
     let cfg = &shared.config;
+    let limits = &cfg.limits;
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let head = parts.method == Method::HEAD;
+    // HTTP/1.1's count is also enforced by hyper, and every protocol's size by its
+    // stack (hyper, h2, h3 answer 431 themselves); the count of HTTP/2 and HTTP/3
+    // fields has no setting in h2 or h3, so it is checked here for all.
+    if parts.headers.len() > limits.max_headers as usize {
+        return limit_hit(
+            shared,
+            Hit::Headers,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "{} header fields; this edge takes at most {} (limits.max_headers)\n",
+                parts.headers.len(),
+                limits.max_headers
+            ),
+        );
+    }
+    if let Some(n) = declared_length(&parts.headers).filter(|n| *n > limits.max_body_bytes) {
+        tracing::debug!(declared = n, "request refused on its Content-Length");
+        return body_error(
+            shared,
+            BodyError::TooLarge(limits.max_body_bytes, "limits.max_body_bytes"),
+        );
+    }
+    let mut body = BodyReader::new(body, limits);
     let r = route(
         &parts.method,
         path,
@@ -325,11 +577,13 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
         cfg.static_dir.as_deref(),
         shared.proxy.is_some(),
     );
-    let mut resp = match r {
+    match r {
         Route::Bytes(n) => {
+            // An upload is read and dropped as it arrives; a GET's (absent) body is not
+            // waited for, so an HTTP/3 client that leaves its stream open is answered.
             if parts.method == Method::POST {
-                if let Err(e) = body.read_all(cfg.max_bytes).await {
-                    return text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n"));
+                if let Err(e) = body.drain().await {
+                    return body_error(shared, e);
                 }
             }
             let mut r = Response::new(if head {
@@ -346,31 +600,38 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
             }
             r
         }
-        Route::Echo => match body.read_all(cfg.max_bytes).await {
-            Ok(b) if !b.is_empty() => Response::new(EdgeBody::full(b)),
-            Ok(_) => text(
-                StatusCode::OK,
-                format!("{} {} {:?}\n", parts.method, path, parts.version),
-            ),
-            Err(e) => text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
-        },
+        Route::Echo => {
+            let max = limits.max_buffered_body_bytes;
+            if declared_length(&parts.headers).is_some_and(|n| n > max) {
+                return body_error(shared, BodyError::TooLarge(max, "limits.max_buffered_body_bytes"));
+            }
+            match body.read_all(max, &shared.body_memory).await {
+                Ok((b, held)) if !b.is_empty() => {
+                    let mut body = EdgeBody::full(b);
+                    if let Some(h) = held {
+                        body.keep(h);
+                    }
+                    Response::new(body)
+                }
+                Ok(_) => text(
+                    StatusCode::OK,
+                    format!("{} {} {:?}\n", parts.method, path, parts.version),
+                ),
+                Err(e) => body_error(shared, e),
+            }
+        }
         Route::File(file) => match open_file(&file, head).await {
-            Ok(opened) => {
+            Ok(Some((file, opened))) => {
                 let (body, len) = match opened {
                     Opened::Stream(_, len) if head => (EdgeBody::full(Bytes::new()), len),
-                    Opened::Stream(f, len) => {
-                        let kind = BodyKind::File {
+                    Opened::Stream(f, len) => (
+                        EdgeBody::from_kind(BodyKind::File {
                             file: f,
                             remaining: len,
                             buf: bytes::BytesMut::new(),
-                        };
-                        let body = EdgeBody {
-                            kind,
-                            sent: 0,
-                            on_end: None,
-                        };
-                        (body, len)
-                    }
+                        }),
+                        len,
+                    ),
                     Opened::Whole(b) => {
                         let len = b.len() as u64;
                         (EdgeBody::full(b), len)
@@ -384,47 +645,82 @@ pub async fn respond(shared: &Shared, parts: http::request::Parts, body: Request
                 }
                 r
             }
+            Ok(None) => match &shared.proxy {
+                Some(p) => p.forward(shared, parts, body).await,
+                None => text(StatusCode::NOT_FOUND, format!("no route for {path}\n")),
+            },
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read {path}: {e}\n")),
         },
         Route::Proxy => match &shared.proxy {
-            Some(p) => p.forward(parts, body, cfg.max_bytes).await,
+            Some(p) => p.forward(shared, parts, body).await,
             None => text(StatusCode::NOT_FOUND, format!("no route for {path}\n")),
         },
         Route::Error(status, msg) => text(status, msg),
-    };
-    resp.headers_mut()
-        .insert(header::SERVER, HeaderValue::from_static("gearbox"));
-    resp
+    }
 }
 
-/// Reverse proxy to one HTTP/1.1 origin, with pooled keep-alive connections.
+/// Header fields that describe one connection, not the message (RFC 9110 §7.6.1):
+/// a proxy removes them, and every field that `Connection` names, in both directions.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+];
+
+/// Removes the hop-by-hop fields of RFC 9110 §7.6.1 from `headers`.
+pub fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<http::HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| http::HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        headers.remove(n);
+    }
+}
+
+type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// Reverse proxy to one HTTP/1.1 origin, with pooled keep-alive connections. The
+/// request body is streamed to the origin as it arrives, never held whole.
 pub struct Proxy {
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        http_body_util::Full<Bytes>,
-    >,
+    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, ProxyBody>,
     origin: http::uri::Authority,
+    response_timeout: Duration,
 }
 
 impl Proxy {
-    /// A proxy to `origin` (`http://host:port`, validated by the config).
-    pub fn new(origin: &str) -> Option<Self> {
+    /// A proxy to `origin` (`http://host:port`, validated by the config), with the
+    /// connect and response timeouts of `limits`.
+    pub fn new(origin: &str, limits: &crate::Limits) -> Option<Self> {
         let uri: http::Uri = origin.parse().ok()?;
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_millis(limits.proxy_connect_timeout_ms)));
+        connector.set_nodelay(true);
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .http09_responses(false)
-            .build_http();
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .build(connector);
         Some(Proxy {
             client,
             origin: uri.authority()?.clone(),
+            response_timeout: Duration::from_millis(limits.proxy_response_timeout_ms),
         })
     }
 
-    async fn forward(&self, parts: http::request::Parts, body: RequestBody, limit: u64) -> Response<EdgeBody> {
+    async fn forward(&self, shared: &Shared, parts: http::request::Parts, mut body: BodyReader) -> Response<EdgeBody> {
+        use http_body_util::BodyExt as _;
         let started = Instant::now();
-        let body = match body.read_all(limit).await {
-            Ok(b) => b,
-            Err(e) => return text(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}\n")),
-        };
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = match http::Uri::builder()
             .scheme("http")
@@ -435,38 +731,82 @@ impl Proxy {
             Ok(u) => u,
             Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad path: {e}\n")),
         };
-        let mut req = http::Request::new(http_body_util::Full::new(body));
+        // The first piece tells an empty body (sent as such) from one to stream.
+        let first = match body.next().await {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => return body_error(shared, e),
+        };
+        let failure = std::sync::Arc::new(std::sync::Mutex::new(None::<BodyError>));
+        let upstream_body: ProxyBody = match first {
+            None => http_body_util::Empty::<Bytes>::new()
+                .map_err(|e: std::convert::Infallible| -> BoxError { match e {} })
+                .boxed_unsync(),
+            Some(first) => {
+                let failure = failure.clone();
+                let rest =
+                    futures::stream::unfold((Some(first), body, failure), |(first, mut body, failure)| async move {
+                        if let Some(b) = first {
+                            return Some((Ok(Frame::data(b)), (None, body, failure)));
+                        }
+                        match body.next().await? {
+                            Ok(b) => Some((Ok(Frame::data(b)), (None, body, failure))),
+                            Err(e) => {
+                                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                                Some((Err(Box::new(e) as BoxError), (None, body, failure)))
+                            }
+                        }
+                    });
+                http_body_util::StreamBody::new(rest).boxed_unsync()
+            }
+        };
+        let mut req = http::Request::new(upstream_body);
         *req.method_mut() = parts.method;
         *req.uri_mut() = uri;
-        for (k, v) in parts.headers.iter() {
-            if k != header::HOST && k != header::CONNECTION && k != header::TRANSFER_ENCODING {
-                req.headers_mut().append(k, v.clone());
-            }
-        }
+        *req.headers_mut() = parts.headers;
+        strip_hop_by_hop(req.headers_mut());
         if let Ok(host) = HeaderValue::from_str(self.origin.as_str()) {
             req.headers_mut().insert(header::HOST, host);
         }
-        match self.client.request(req).await {
-            Ok(resp) => {
-                let (p, inc) = resp.into_parts();
-                let mut r = Response::from_parts(
-                    p,
-                    EdgeBody {
-                        kind: BodyKind::Upstream(inc),
-                        sent: 0,
-                        on_end: None,
-                    },
-                );
-                r.headers_mut().remove(header::CONNECTION);
+        let outcome = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
+        if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return body_error(shared, e);
+        }
+        match outcome {
+            Ok(Ok(resp)) => {
+                let (mut p, inc) = resp.into_parts();
+                strip_hop_by_hop(&mut p.headers);
                 // The origin's HTTP version is its own business; the client gets ours.
-                *r.version_mut() = http::Version::HTTP_11;
-                r
+                p.version = http::Version::HTTP_11;
+                Response::from_parts(p, EdgeBody::from_kind(BodyKind::Upstream(inc)))
             }
-            Err(e) => {
-                tracing::warn!(error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "upstream request failed");
-                text(
+            Ok(Err(e)) => {
+                let elapsed_ms = started.elapsed().as_millis() as u64;
+                tracing::warn!(error = %e, elapsed_ms, "upstream request failed");
+                let cause = std::error::Error::source(&e)
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default();
+                limit_hit(
+                    shared,
+                    Hit::UpstreamFailed,
                     StatusCode::BAD_GATEWAY,
-                    format!("upstream {} failed: {e}\n", self.origin),
+                    format!("upstream {} failed: {e}{cause}\n", self.origin),
+                )
+            }
+            Err(_) => {
+                tracing::warn!(
+                    timeout_ms = self.response_timeout.as_millis() as u64,
+                    "upstream response timed out"
+                );
+                limit_hit(
+                    shared,
+                    Hit::UpstreamTimeout,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "upstream {} sent no response within {} ms (limits.proxy_response_timeout_ms)\n",
+                        self.origin,
+                        self.response_timeout.as_millis()
+                    ),
                 )
             }
         }
@@ -514,7 +854,7 @@ mod tests {
             route(&Method::GET, "/a.css", 1, Some(dir.path()), false),
             Route::File(dir.path().join("a.css"))
         );
-        for p in ["/../etc/passwd", "/.secret", "/missing.css"] {
+        for p in ["/../etc/passwd", "/.secret", "/a/../../x"] {
             assert!(
                 matches!(
                     route(&Method::GET, p, 1, Some(dir.path()), false),
@@ -523,5 +863,42 @@ mod tests {
                 "{p}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_static_path_naming_no_file_is_no_file_and_a_directory_serves_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/index.html"), "<p>").unwrap();
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        assert!(open_file(&dir.path().join("missing.css"), false)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(open_file(&dir.path().join("empty"), false).await.unwrap().is_none());
+        let (path, opened) = open_file(&dir.path().join("d"), false).await.unwrap().unwrap();
+        assert_eq!(path, dir.path().join("d/index.html"));
+        assert!(matches!(opened, Opened::Whole(b) if &b[..] == b"<p>"));
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_removed() {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-secret"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("proxy-connection", "keep-alive"),
+            ("x-secret", "1"),
+            ("accept", "*/*"),
+            ("cache-control", "no-cache"),
+        ] {
+            h.append(k, HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["accept", "cache-control"]);
     }
 }

@@ -9,11 +9,12 @@ use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHE
 use gearbox_dataplane::transport;
 use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::{Activity, Hit};
 use crate::service::{respond, EdgeBody, RequestBody};
-use crate::{Shared, SHUTDOWN_GRACE};
+use crate::Shared;
 
 /// Longest wait for the client to acknowledge a response's last byte.
 const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
@@ -30,10 +31,11 @@ struct Conn {
     socket: Arc<socket2::Socket>,
     /// The initial window the kernel's TCP WISE program drew for it, if any.
     iw: Option<IwChoice>,
+    /// Its requests in progress, for the idle timeout.
+    activity: Arc<Activity>,
 }
 
 pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpListener, cancel: CancellationToken) {
-    let graceful = GracefulShutdown::new();
     loop {
         let (stream, peer) = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -47,15 +49,43 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
                 }
             },
         };
-        let watcher = graceful.watcher();
+        let admission = match shared.connections.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(hit) => {
+                // Closed before TLS: a refused client costs no handshake.
+                shared.metrics.limit_hits.count(hit);
+                let id = shared.conn_id();
+                shared.telemetry.write(&refusal_record(id, peer, hit));
+                drop(stream);
+                continue;
+            }
+        };
         let shared2 = shared.clone();
-        shared
-            .tracker
-            .spawn(async move { connection(shared2, stream, peer, watcher).await });
+        let cancel2 = cancel.clone();
+        shared.tracker.spawn(async move {
+            connection(shared2, stream, peer, cancel2).await;
+            drop(admission);
+        });
     }
-    drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
-        tracing::warn!("TCP connections still open after {SHUTDOWN_GRACE:?}");
+}
+
+fn refusal_record(id: u64, peer: SocketAddr, hit: Hit) -> EdgeRecord {
+    EdgeRecord {
+        side: Side::Edge,
+        schema: SCHEMA_VERSION,
+        time_unix_ms: unix_ms_now(),
+        conn_id: id,
+        client_addr: peer.to_string(),
+        protocol: None,
+        method: String::new(),
+        path: String::new(),
+        status: None,
+        bytes: 0,
+        server_time_ms: None,
+        server_time_source: None,
+        transport: None,
+        error: Some(hit.name().to_string()),
+        iw: None,
     }
 }
 
@@ -83,12 +113,7 @@ fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> Edge
     }
 }
 
-async fn connection(
-    shared: Arc<Shared>,
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    watcher: hyper_util::server::graceful::Watcher,
-) {
+async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: SocketAddr, cancel: CancellationToken) {
     let id = shared.conn_id();
     let sref = socket2::SockRef::from(&stream);
     let accepted = AcceptedConnection::new(id, peer, Transport::Tcp, unix_ms_now());
@@ -138,6 +163,7 @@ async fn connection(
     };
     let _open = shared.metrics.connection(protocol);
     let conn_socket = socket.clone();
+    let activity = Activity::new();
     let conn = Arc::new(Conn {
         shared: shared.clone(),
         id,
@@ -145,13 +171,17 @@ async fn connection(
         protocol,
         socket,
         iw,
+        activity: activity.clone(),
     });
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let conn = conn.clone();
         async move { Ok::<_, std::convert::Infallible>(request(conn, req).await) }
     });
     let io = TokioIo::new(tls);
-    let result = match protocol {
+    let limits = &shared.config.limits;
+    let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
+    let grace = Duration::from_millis(limits.keep_alive_timeout_ms);
+    let (result, idle_closed) = match protocol {
         Protocol::H2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new())
@@ -159,19 +189,101 @@ async fn connection(
                 .initial_connection_window_size(16 << 20)
                 .max_frame_size(64 << 10)
                 .max_send_buf_size(1 << 20)
-                .max_concurrent_streams(1024);
-            watcher.watch(b.serve_connection(io, svc)).await
+                .max_concurrent_streams(limits.max_streams_per_connection)
+                .max_header_list_size(limits.max_header_bytes)
+                .keep_alive_interval(Duration::from_millis(limits.keep_alive_interval_ms))
+                .keep_alive_timeout(Duration::from_millis(limits.keep_alive_timeout_ms));
+            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
         }
         _ => {
             let mut b = hyper::server::conn::http1::Builder::new();
-            b.timer(TokioTimer::new()).keep_alive(true);
-            watcher.watch(b.serve_connection(io, svc)).await
+            b.timer(TokioTimer::new())
+                .keep_alive(true)
+                .max_headers(limits.max_headers as usize)
+                .max_header_size(limits.max_header_bytes as usize)
+                .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
+            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
         }
     };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    // A connection that served requests and then went quiet is closed as a matter of
+    // course (counted only); one that never completed a request leaves a record.
+    let served = activity.requests() > 0;
+    if let Some(hit) = idle_closed {
+        closed_by(&shared, id, peer, protocol, hit, None, !served);
+    }
+    match result {
+        Ok(()) => {}
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+            // hyper answers 431 to an oversize HTTP/1.1 head and closes at the header
+            // timeout without calling us: the connection's record says so.
+            if e.is_parse_too_large() {
+                closed_by(&shared, id, peer, protocol, Hit::Headers, Some(431), true);
+            } else if e.is_timeout() && idle_closed.is_none() {
+                let hit = if served { Hit::Idle } else { Hit::HeaderTimeout };
+                closed_by(&shared, id, peer, protocol, hit, None, !served);
+            }
+        }
     }
     linger(&conn_socket).await;
+}
+
+/// Counts and records a connection that a limit ended without a request record.
+fn closed_by(
+    shared: &Shared,
+    id: u64,
+    peer: SocketAddr,
+    protocol: Protocol,
+    hit: Hit,
+    status: Option<u16>,
+    write: bool,
+) {
+    shared.metrics.limit_hits.count(hit);
+    if !write {
+        return;
+    }
+    let mut rec = refusal_record(id, peer, hit);
+    rec.protocol = Some(protocol);
+    rec.status = status;
+    shared.telemetry.write(&rec);
+}
+
+/// Runs a hyper connection until it ends, closing it gracefully (HTTP/2 GOAWAY, or
+/// HTTP/1.1 close after the request in progress) on shutdown or once it has had no
+/// request in progress for `idle`. A connection told to close that still has nothing
+/// in progress `grace` later is dropped: a peer that never answers the GOAWAY's PING,
+/// or never sent its preface, cannot hold it open. Says whether the idle timeout
+/// closed it.
+async fn drive<C>(
+    conn: C,
+    cancel: &CancellationToken,
+    activity: &Activity,
+    idle: Duration,
+    grace: Duration,
+) -> (Result<(), C::Error>, Option<Hit>)
+where
+    C: GracefulConnection,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut closed_by = None;
+    let mut closing = None;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => return (r, closed_by),
+            _ = cancel.cancelled(), if closing.is_none() => {
+                closing = Some(tokio::time::Instant::now());
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = activity.idle_for(idle), if closing.is_none() => {
+                closing = Some(tokio::time::Instant::now());
+                closed_by = Some(Hit::Idle);
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = activity.quiet_after(closing.unwrap_or_else(tokio::time::Instant::now), grace), if closing.is_some() => {
+                return (Ok(()), closed_by);
+            }
+        }
+    }
 }
 
 /// Closes the connection without losing data still on its way to the client.
@@ -196,6 +308,7 @@ async fn linger(socket: &socket2::Socket) {
 
 async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> http::Response<EdgeBody> {
     let time_unix_ms = unix_ms_now();
+    let active = conn.activity.start();
     let (parts, body) = req.into_parts();
     let method = parts.method.to_string();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
@@ -204,7 +317,9 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
     if let Some(v) = &conn.shared.alt_svc {
         resp.headers_mut().insert(http::header::ALT_SVC, v.clone());
     }
+    resp.body_mut().keep(active);
     let status = resp.status().as_u16();
+    let hit = crate::service::hit_of(&resp);
     // The headers are the first response bytes: they are written once we return.
     let first_byte = Instant::now();
     let c = conn.clone();
@@ -225,7 +340,9 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 server_time_ms: None,
                 server_time_source: None,
                 transport: None,
-                error: (!complete).then(|| "reset".to_string()),
+                error: hit
+                    .map(|h| h.name().to_string())
+                    .or_else(|| (!complete).then(|| "reset".to_string())),
                 iw: c.iw.clone(),
             };
             if complete {
