@@ -71,9 +71,17 @@ class Control:
         )
 
     def token(self, role: str, name: str) -> str:
-        r = self.cli("token", "create", "--role", role, "--name", name, "--config", str(self.config))
-        assert r.returncode == 0, r.stderr
-        return r.stdout.strip()
+        """A token made in this process (the CLI's own test makes one with `token create`)."""
+        from gearbox.control.store import open_store
+        from gearbox.control.tokens import hash_token, new_token
+
+        store = open_store(self.store, self.directory)
+        try:
+            token = new_token()
+            store.add_token(hash_token(token), name, role)
+        finally:
+            store.close()
+        return token
 
     def start(self) -> None:
         self.starts += 1

@@ -84,6 +84,15 @@ def test_schema_accepts_the_records_the_data_plane_writes_and_names_the_field_of
 
 def test_tokens_roles_size_limit_and_bad_input(control: Control) -> None:
     batch = {"records": [edge_record(1)]}
+    made = control.cli("token", "create", "--role", "edge", "--name", "edge-9", "--config", str(control.config))
+    assert made.returncode == 0 and made.stdout.startswith("gbx_"), made.stderr
+    listed = control.cli("token", "list", "--config", str(control.config))
+    assert "edge-9\tedge" in listed.stdout and made.stdout.strip() not in listed.stdout
+    bad = control.cli("token", "create", "--role", "edge", "--name", "bad name", "--config", str(control.config))
+    assert bad.returncode == 2 and "--name" in bad.stderr
+    with httpx.Client(verify=control.ssl()) as h:
+        r = h.get(f"{control.url}/v1/policies", headers={"Authorization": f"Bearer {made.stdout.strip()}"})
+        assert r.status_code == 200
     with control.http("") as anon:
         assert anon.post("/v1/telemetry", json=batch, headers={"Idempotency-Key": "k"}).status_code == 401
         r = anon.post(
@@ -224,6 +233,12 @@ def test_policy_push_activate_poll_rollback(control: Control, tmp_path: Path) ->
         assert [h["action"] for h in listing["history"]] == ["activate", "activate", "rollback", "rollback", "activate"]
 
 
+def _activate(control: Control, gear: str, version: int) -> None:
+    with control.http("admin") as admin:
+        r = admin.post(f"/v1/policies/{gear}/activate", json={"version": version})
+        assert r.status_code == 200, r.text
+
+
 def test_poller_swaps_keeps_the_last_good_copy_and_refuses_a_corrupt_artifact(tmp_path: Path) -> None:
     control = control_plane(tmp_path / "control", "store")
     try:
@@ -243,8 +258,9 @@ def test_poller_swaps_keeps_the_last_good_copy_and_refuses_a_corrupt_artifact(tm
         assert (root / "tcpwise" / "current" / "cwnd.toml").read_text() == TABLE
         assert poller.poll_once() == []  # 304
         # A corrupt artifact (the stored bytes damaged) is refused: sha256 mismatch, v1 stays.
-        assert _push(control, "tcpwise", policy_dir(tmp_path, "v2", TABLE.replace("version = 1", "version = 2")))[0] == 0
-        assert control.cli("policy", "activate", "tcpwise", "2", "--token", control.tokens["admin"]).returncode == 0
+        v2 = policy_dir(tmp_path, "v2", TABLE.replace("version = 1", "version = 2"))
+        assert _push(control, "tcpwise", v2)[0] == 0
+        _activate(control, "tcpwise", 2)
         with control.http("admin") as admin:
             sha2 = admin.get("/v1/policies/tcpwise/versions").json()["versions"][1]["sha256"]
         blob = control.directory / "store" / "blobs" / sha2
@@ -255,12 +271,13 @@ def test_poller_swaps_keeps_the_last_good_copy_and_refuses_a_corrupt_artifact(tm
         assert (root / "tcpwise" / "current" / "cwnd.toml").read_text() == TABLE
         # A policy the loader refuses is not swapped in either.
         assert _push(control, "tcpwise", policy_dir(tmp_path, "v3", TABLE.replace("cap = 100", "cap = 50")))[0] == 0
-        assert control.cli("policy", "activate", "tcpwise", "3", "--token", control.tokens["admin"]).returncode == 0
+        _activate(control, "tcpwise", 3)
         assert poller.poll_once() == []
         assert "refused by the loader" in poller.refused[-1] and poller.current()["tcpwise"].version == 1
         # A good one is.
-        assert _push(control, "tcpwise", policy_dir(tmp_path, "v4", TABLE.replace("version = 1", "version = 4")))[0] == 0
-        assert control.cli("policy", "activate", "tcpwise", "4", "--token", control.tokens["admin"]).returncode == 0
+        v4 = policy_dir(tmp_path, "v4", TABLE.replace("version = 1", "version = 4"))
+        assert _push(control, "tcpwise", v4)[0] == 0
+        _activate(control, "tcpwise", 4)
         assert [a.version for a in poller.poll_once()] == [4]
         assert loaded == [("tcpwise", "version = 1"), ("tcpwise", "version = 4")]
         poller.close()
@@ -312,7 +329,7 @@ def test_kill_the_control_plane_mid_upload_every_record_stored_once(
     try:
         for t in threads:
             t.start()
-        for _ in range(3):
+        for _ in range(2):
             # Wait until batches are going through, then kill the service in the middle of them.
             base = sum(u.stats.sent_batches for u in uploaders.values())
             assert wait_for(lambda b=base: sum(u.stats.sent_batches for u in uploaders.values()) > b + 10, 60)
@@ -327,7 +344,7 @@ def test_kill_the_control_plane_mid_upload_every_record_stored_once(
             assert not t.is_alive()
         for up in uploaders.values():
             assert wait_for(up.flush, 60, every_s=0.2), "the spool did not drain"
-        assert kills == 3
+        assert kills == 2
         assert sum(u.stats.failures for u in uploaders.values()) > 0, "no upload was cut by the kills"
         with control.http("admin") as admin:
             stored = [json.loads(line) for line in admin.get("/v1/telemetry").text.splitlines()]
@@ -336,7 +353,6 @@ def test_kill_the_control_plane_mid_upload_every_record_stored_once(
             assert written[side] > 0
             assert sorted(ids) == list(range(written[side])), f"{side}: records lost"
             assert max(ids.values()) == 1, f"{side}: records stored twice"
-        assert sum(u.stats.duplicates for u in uploaders.values()) >= 0
     finally:
         stop.set()
         for t in threads:
@@ -360,7 +376,12 @@ def test_uploader_spools_while_the_control_plane_is_down_and_bounds_the_spool(tm
         # Bounded: a full spool drops its oldest batches and counts them.
         control.stop()
         small = Uploader(
-            control.url, control.tokens["edge"], tmp_path / "spool2", control.cert, batch_records=10, max_spool_bytes=8000
+            control.url,
+            control.tokens["edge"],
+            tmp_path / "spool2",
+            control.cert,
+            batch_records=10,
+            max_spool_bytes=8000,
         )
         small.add_many(edge_record(i) for i in range(100))
         small.seal()

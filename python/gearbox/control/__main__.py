@@ -130,7 +130,8 @@ def _policy(args: argparse.Namespace) -> None:
                 )
                 print(f"{args.gear} version {v['version']} active in {args.scope}")
         elif args.policy_command == "activate":
-            a = _answer(http.post(f"/v1/policies/{args.gear}/activate", json={"version": args.version, "scope": args.scope}))
+            body = {"version": args.version, "scope": args.scope}
+            a = _answer(http.post(f"/v1/policies/{args.gear}/activate", json=body))
             print(f"{a['gear']} version {a['version']} active in {a['scope']}")
         elif args.policy_command == "rollback":
             a = _answer(http.post(f"/v1/policies/{args.gear}/rollback", json={"to": args.to, "scope": args.scope}))
@@ -151,8 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             serve(load(args.config))
         elif args.command == "token":
-            from gearbox.control.app import hash_token, new_token
             from gearbox.control.store import NAME_RE, open_store
+            from gearbox.control.tokens import hash_token, new_token
 
             config = load(args.config)
             store = open_store(config.store, config.base)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -25,18 +24,10 @@ from gearbox.control import policy as pol
 from gearbox.control.config import Config
 from gearbox.control.schema import validate
 from gearbox.control.store import NAME_RE, ROLES, Store, telemetry_row
+from gearbox.control.tokens import hash_token
 
 MAX_BATCH_RECORDS = 100_000
 MAX_ERRORS_LISTED = 100
-
-
-def hash_token(token: str) -> str:
-    """Tokens are 32 random bytes, so one sha256 is enough to store them safely."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "gbx_" + secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -206,10 +197,7 @@ class Service:
             gear = gear_of_decision(decision)
             series.setdefault(gear, {}).setdefault(int((t - since) // 60_000), []).append(rct)
         rct = {
-            g: [
-                {"minute": m, "median_ms": percentile(v, 50), "n": len(v)}
-                for m, v in sorted(by_minute.items())
-            ]
+            g: [{"minute": m, "median_ms": percentile(v, 50), "n": len(v)} for m, v in sorted(by_minute.items())]
             for g, by_minute in sorted(series.items())
         }
         active = self.store.active()
@@ -255,7 +243,9 @@ def create_app(config: Config, store: Store) -> FastAPI:
             if caller is None:
                 raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
             if caller.role not in allowed:
-                raise HTTPException(403, f"role {caller.role!r} may not call this route (allowed: {', '.join(allowed)})")
+                raise HTTPException(
+                    403, f"role {caller.role!r} may not call this route (allowed: {', '.join(allowed)})"
+                )
             return caller
 
         return Depends(check)

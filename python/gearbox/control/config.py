@@ -140,7 +140,7 @@ def parse(data: dict, path: Path | None) -> Config:
         if not isinstance(j["command"], list) or not j["command"] or not all(isinstance(c, str) for c in j["command"]):
             raise ConfigError(f"{at}.command: expected a non-empty list of strings")
         if j.get("side") not in (None, "edge", "client"):
-            raise ConfigError(f"{at}.side: expected \"edge\" or \"client\", found {j['side']!r}")
+            raise ConfigError(f'{at}.side: expected "edge" or "client", found {j["side"]!r}')
         if not isinstance(j.get("activate", True), bool):
             raise ConfigError(f"{at}.activate: expected true or false")
         scope = j.get("scope", "global")

@@ -117,7 +117,7 @@ def validate(record: Any) -> Problem | None:
         return "", f"a record must be a JSON object, found {type(record).__name__}"
     side = record.get("side")
     if side not in ("edge", "client"):
-        return "side", "missing" if side is None else f"must be \"edge\" or \"client\", found {_short(side)}"
+        return "side", "missing" if side is None else f'must be "edge" or "client", found {_short(side)}'
     problem = _check(record, _COMMON, "", True)
     if problem:
         return problem

@@ -149,9 +149,7 @@ class Store(ABC):
 
     # --- telemetry --------------------------------------------------------------------------------
 
-    def ingest(
-        self, source: str, role: str, key: str, rows: list[tuple], status: int, response: dict
-    ) -> IngestResult:
+    def ingest(self, source: str, role: str, key: str, rows: list[tuple], status: int, response: dict) -> IngestResult:
         """Stores a validated batch's rows (`telemetry_row`) under its key, once."""
         rejected = int(response.get("rejected", 0))
         with self._tx() as cur:
@@ -189,7 +187,7 @@ class Store(ABC):
     def client_rct(self, since_ms: float) -> list[tuple[float, str | None, float]]:
         """`(time_unix_ms, decision, rct_ms)` of the client records with an RCT since `since_ms`."""
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 - only the embedded store has work to do
         """Makes every stored record visible to queries (the embedded store's Parquet move)."""
 
     # --- peers ------------------------------------------------------------------------------------
@@ -305,6 +303,7 @@ class Store(ABC):
             rows = self._all(f"SELECT {cols} FROM job_runs WHERE job = ? ORDER BY id", (job,))
         return [dict(zip(cols.split(", "), r, strict=True)) for r in rows]
 
+    @abstractmethod
     def close(self) -> None:
         """Flushes and closes."""
 
@@ -516,9 +515,7 @@ class PostgresStore(Store):
         return self._db
 
     def _insert_rows(self, cur: _Cursor, rows: list[tuple]) -> None:
-        with cur.raw.copy(
-            "COPY telemetry (source, side, time_unix_ms, decision, rct_ms, record) FROM STDIN"
-        ) as copy:
+        with cur.raw.copy("COPY telemetry (source, side, time_unix_ms, decision, rct_ms, record) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 
