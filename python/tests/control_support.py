@@ -7,16 +7,11 @@ ends, passes or not.
 
 from __future__ import annotations
 
-import glob
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 from support import free_port
+
+from gearbox.control.pgtemp import PostgresError, TempPostgres
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -166,76 +163,17 @@ def control_plane(directory: Path, store: str, extra: str = "", start: bool = Tr
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _pg_bin() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not found:
-        pytest.fail("PostgreSQL is not installed (Debian's postgresql package); run scripts/setup.sh")
-    return Path(found[-1]).parent
-
-
-@dataclass
-class Postgres:
-    url_base: str
-
-    def database(self) -> str:
-        """A fresh database for one test; returns its URL."""
-        import psycopg
-
-        name = "t_" + uuid.uuid4().hex[:16]
-        with psycopg.connect(self.url_base + "/postgres", autocommit=True, connect_timeout=10) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        return f"{self.url_base}/{name}"
-
-
-def _as_server_user() -> tuple[list[str], int | None, int | None]:
-    """PostgreSQL refuses to run as root: as root, run it as `nobody` (runuser)."""
-    if os.geteuid() != 0:
-        return [], None, None
-    pw = pwd.getpwnam("nobody")
-    return ["runuser", "-u", "nobody", "--"], pw.pw_uid, pw.pw_gid
-
-
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    bindir = _pg_bin()
-    prefix, uid, gid = _as_server_user()
-    root = Path(tempfile.mkdtemp(prefix="gearbox-pg-"))
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    if uid is not None:
-        for p in (root, sock):
-            os.chown(p, uid, gid)
-    port = free_port()
-    log = root / "server.log"
-    env = {**os.environ, "LC_ALL": "C"}
+def postgres() -> Iterator[TempPostgres]:
+    """One server for the session (gearbox.control.pgtemp); each test takes a fresh database."""
     try:
-        subprocess.run(
-            [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-            env=env,
-        )
-        opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=on"
-        r = subprocess.run(
-            [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(log), "-w", "-t", "60", "start"],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=env,
-        )
-        if r.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed: {r.stderr}\n{log.read_text() if log.exists() else ''}")
-        yield Postgres(f"postgresql://postgres@127.0.0.1:{port}")
+        server = TempPostgres()
+    except PostgresError as e:
+        pytest.fail(str(e))
+    try:
+        yield server
     finally:
-        if (data / "postmaster.pid").exists():
-            subprocess.run(
-                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"],
-                capture_output=True,
-                timeout=90,
-                env=env,
-            )
-        shutil.rmtree(root, ignore_errors=True)
+        server.stop()
 
 
 def store_spec(kind: str, request: pytest.FixtureRequest) -> str:

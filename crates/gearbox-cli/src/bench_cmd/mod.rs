@@ -52,6 +52,9 @@ pub enum Bench {
     Cc(cc::CcBenchArgs),
     /// The simulator: simulated seconds and packets per wall second (docs/sim.md).
     Sim(sim::SimBenchArgs),
+    /// The control plane: ingestion records/s (embedded store and PostgreSQL), policy polls/s
+    /// with 1,000 simulated pollers, the service's memory (docs/control.md).
+    Control(crate::control_cmd::ControlArgs),
 }
 
 /// Arguments of `gearbox bench edge`.
@@ -86,6 +89,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Edge(e) => edge(e),
         Bench::Cc(c) => cc::run(c),
         Bench::Sim(s) => sim::run(s),
+        Bench::Control(c) => crate::control_cmd::bench(c),
     }
 }
 
