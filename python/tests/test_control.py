@@ -392,3 +392,27 @@ def test_uploader_spools_while_the_control_plane_is_down_and_bounds_the_spool(tm
         up.close()
         control.stop()
     assert os.path.isdir(tmp_path / "spool")
+
+
+def test_embedded_store_merges_small_files_and_forgets_files_no_commit_recorded(tmp_path: Path) -> None:
+    from gearbox.control.store import EmbeddedStore, telemetry_row
+
+    store = EmbeddedStore(tmp_path / "store")
+    for b in range(20):
+        rows = [telemetry_row("edge-1", edge_record(b * 10 + i)) for i in range(10)]
+        assert not store.ingest("edge-1", "edge", f"k{b}", rows, 200, {"stored": 10, "rejected": 0}).duplicate
+    files = sorted((tmp_path / "store" / "telemetry").rglob("*.parquet"))
+    assert len(files) == 20 and all("/source=edge-1/" in str(f) and "/day=" in str(f) for f in files)
+    store.flush()
+    merged = sorted((tmp_path / "store" / "telemetry").rglob("*.parquet"))
+    assert len(merged) == 1 and merged[0].name.startswith("c-")
+    assert sorted(r["conn_id"] for r in store.records()) == list(range(200))
+    assert store.count_records() == 200
+    store.close()
+    # A file written for a batch whose transaction never committed (the service killed in between).
+    stray = merged[0].with_name("b-stray.parquet")
+    stray.write_bytes(merged[0].read_bytes())
+    store = EmbeddedStore(tmp_path / "store")
+    assert not stray.exists()
+    assert store.count_records() == 200 and len(store.records()) == 200
+    store.close()

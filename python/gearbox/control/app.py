@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -234,7 +235,8 @@ def create_app(config: Config, store: Store) -> FastAPI:
     app.state.service = svc
 
     def roles(*allowed: str) -> Any:
-        def check(request: Request) -> Caller:
+        async def check(request: Request) -> Caller:
+            # async: FastAPI would run a plain function in a worker thread, a hop per request.
             auth = request.headers.get("authorization", "")
             scheme, _, token = auth.partition(" ")
             if scheme.lower() != "bearer" or not token:
@@ -271,8 +273,8 @@ def create_app(config: Config, store: Store) -> FastAPI:
             raise HTTPException(400, "Idempotency-Key: header required, 1 to 200 characters")
         raw = await request.body()
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
             raise HTTPException(400, f"body: malformed JSON: {e}") from e
         if not isinstance(body, dict) or not isinstance(body.get("records"), list):
             raise HTTPException(400, 'records: the body must be {"records": [...]}')
@@ -309,7 +311,9 @@ def create_app(config: Config, store: Store) -> FastAPI:
         )
 
     @app.get("/v1/policies", summary="The policies the caller should run, per gear (ETag / If-None-Match)")
-    def poll(request: Request, caller: Caller = everyone) -> Response:
+    async def poll(request: Request, caller: Caller = everyone) -> Response:
+        # In the event loop, not a worker thread: everything it needs is cached in memory (the
+        # caller after its first request, the answer until the next activation).
         etag, body = svc.active_for(caller.name)
         svc.saw(caller, request.client.host if request.client else None, _loaded(request))
         if request.headers.get("if-none-match") == etag:

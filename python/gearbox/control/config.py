@@ -8,7 +8,7 @@ key = "key.pem"
 store = "store"                # a folder (embedded store) or a postgresql:// URL
 max_body_bytes = 8388608       # larger requests get 413
 poll_interval_s = 30           # told to pollers
-flush_interval_s = 2           # embedded store: staged telemetry to Parquet
+flush_interval_s = 2           # peers seen to the store; embedded store: small Parquet files merged
 
 [groups]                       # named scopes: peer (token) names
 canary = ["edge-1"]

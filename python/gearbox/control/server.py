@@ -1,5 +1,6 @@
-"""`gearbox control serve`: the API over HTTPS with uvicorn, plus the background work: staged
-telemetry to Parquet, peers seen to the store, and the scheduled learners ([jobs])."""
+"""`gearbox control serve`: the API over HTTPS with uvicorn, plus the background work: peers seen
+written to the store, the embedded store's small Parquet files merged, and the scheduled
+learners ([jobs])."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from gearbox.control.store import Store, open_store
 
 
 class Background:
-    """One thread: every `flush_interval_s`, staged telemetry to Parquet and peers seen to the
-    store; jobs run in their own threads (jobs.Scheduler)."""
+    """One thread: every `flush_interval_s`, peers seen to the store and the store's flush
+    (compaction); jobs run in their own thread (jobs.Scheduler)."""
 
     def __init__(self, config: Config, store: Store, service: object) -> None:
         self.config, self.store, self.service = config, store, service

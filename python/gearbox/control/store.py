@@ -1,18 +1,18 @@
 """The control plane's store: one interface, two back ends.
 
 - `EmbeddedStore` (the default): a SQLite file for the metadata (tokens, batches, peers, policy
-  versions and activations, job runs), telemetry staged in SQLite in the same transaction as its
-  batch's idempotency key and moved in the background to Parquet files partitioned by day and
-  source (`telemetry/day=YYYY-MM-DD/source=NAME/part-*.parquet`), read back with DuckDB; policy
-  artifacts as files named by their sha256.
+  versions and activations, job runs), telemetry in Parquet files partitioned by day and source
+  (`telemetry/day=YYYY-MM-DD/source=NAME/*.parquet`, one per batch, merged in the background),
+  read back with DuckDB; policy artifacts as files named by their sha256.
 - `PostgresStore`: everything in PostgreSQL (psycopg 3), for deployments that outgrow one machine;
   selected by a `postgresql://` URL in the config.
 
 Exactly once: a batch's key and its records commit in one transaction, so a retried batch (the
 first attempt's answer lost, or the service killed after the commit) finds its key and stores
-nothing more. The move from the SQLite staging table to Parquet writes the file first and then,
-in one transaction, records it and deletes the staged rows; a file left by a crash between the two
-is not recorded and is deleted when the store opens.
+nothing more. The embedded store writes a batch's Parquet file (fsync, rename) before the
+transaction that records the key and the file; a file left by a crash between the two is not
+recorded and is deleted when the store opens. Compaction writes the merged file first and swaps
+it for the small ones in one transaction; a crash leaves either the old files or the new one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import re
 import sqlite3
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ROLES = ("edge", "client", "agent", "learner", "admin")
@@ -69,7 +72,7 @@ def telemetry_row(source: str, record: dict) -> tuple:
         float(record["time_unix_ms"]),
         record.get("decision"),
         float(rct) if isinstance(rct, (int, float)) and not isinstance(rct, bool) else None,
-        json.dumps(record, separators=(",", ":")),
+        orjson.dumps(record).decode(),
     )
 
 
@@ -152,28 +155,48 @@ class Store(ABC):
     def ingest(self, source: str, role: str, key: str, rows: list[tuple], status: int, response: dict) -> IngestResult:
         """Stores a validated batch's rows (`telemetry_row`) under its key, once."""
         rejected = int(response.get("rejected", 0))
-        with self._tx() as cur:
-            cur.execute(
-                "INSERT INTO batches (source, key, received_ms, stored, rejected, status, response) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (source, key, now_ms(), len(rows), rejected, status, json.dumps(response)),
-            )
-            if cur.rowcount == 0:
-                cur.execute("SELECT status, response FROM batches WHERE source = ? AND key = ?", (source, key))
-                first = cur.fetchone()
+        first = self._one("SELECT status, response FROM batches WHERE source = ? AND key = ?", (source, key))
+        if first is not None:
+            return IngestResult(int(first[0]), json.loads(first[1]), True)
+        # Outside the lock: the embedded store's files have names of their own.
+        prepared = self._prepare_rows(source, rows) if rows else None
+        with self._lock:
+            try:
+                with self._tx() as cur:
+                    # ON CONFLICT: another process of a PostgreSQL deployment may have stored it since.
+                    cur.execute(
+                        "INSERT INTO batches (source, key, received_ms, stored, rejected, status, response) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                        (source, key, now_ms(), len(rows), rejected, status, json.dumps(response)),
+                    )
+                    if cur.rowcount == 0:
+                        raise _Duplicate
+                    if rows:
+                        self._insert_rows(cur, source, rows, prepared)
+                    cur.execute(
+                        "INSERT INTO peers (name, role, last_ms, records, rejected) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET last_ms = excluded.last_ms, "
+                        "records = peers.records + excluded.records, rejected = peers.rejected + excluded.rejected",
+                        (source, role, now_ms(), len(rows), rejected),
+                    )
+            except _Duplicate:
+                self._discard(prepared)
+                first = self._one("SELECT status, response FROM batches WHERE source = ? AND key = ?", (source, key))
                 return IngestResult(int(first[0]), json.loads(first[1]), True)
-            if rows:
-                self._insert_rows(cur, rows)
-            cur.execute(
-                "INSERT INTO peers (name, role, last_ms, records, rejected) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET last_ms = excluded.last_ms, "
-                "records = peers.records + excluded.records, rejected = peers.rejected + excluded.rejected",
-                (source, role, now_ms(), len(rows), rejected),
-            )
+            except BaseException:
+                self._discard(prepared)
+                raise
         return IngestResult(status, response, False)
 
+    def _prepare_rows(self, source: str, rows: list[tuple]) -> Any:
+        """Work done before the batch's transaction (the embedded store writes its files)."""
+        return None
+
+    def _discard(self, prepared: Any) -> None:  # noqa: B027 - only the embedded store has work to do
+        """Undoes `_prepare_rows` when the transaction did not commit."""
+
     @abstractmethod
-    def _insert_rows(self, cur: _Cursor, rows: list[tuple]) -> None: ...
+    def _insert_rows(self, cur: _Cursor, source: str, rows: list[tuple], prepared: Any) -> None: ...
 
     @abstractmethod
     def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
@@ -308,6 +331,10 @@ class Store(ABC):
         """Flushes and closes."""
 
 
+class _Duplicate(Exception):
+    """The batch's key was stored meanwhile (rolls the transaction back)."""
+
+
 class _Cursor:
     """A DB-API cursor that takes `?` placeholders whatever its driver's style."""
 
@@ -335,7 +362,8 @@ class _Cursor:
 class EmbeddedStore(Store):
     """SQLite + Parquet partitions + DuckDB, in one directory."""
 
-    FLUSH_ROWS = 50_000
+    COMPACT_BELOW_ROWS = 200_000  # files smaller than this are merged...
+    COMPACT_FILES = 16  # ...once a partition has this many of them
 
     def __init__(self, directory: Path) -> None:
         super().__init__()
@@ -350,102 +378,134 @@ class EmbeddedStore(Store):
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(
                 _SCHEMA.replace("{id}", "INTEGER PRIMARY KEY AUTOINCREMENT")
-                + "CREATE TABLE IF NOT EXISTS staged (id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT, side TEXT,"
-                " time_unix_ms REAL, decision TEXT, rct_ms REAL, record TEXT);"
-                "CREATE TABLE IF NOT EXISTS parts (path TEXT PRIMARY KEY, rows INTEGER, max_id INTEGER);"
+                + "CREATE TABLE IF NOT EXISTS parts (path TEXT PRIMARY KEY, partition TEXT NOT NULL,"
+                " rows INTEGER NOT NULL);"
             )
         except sqlite3.Error as e:
             raise StoreError(f"{self.dir / 'control.sqlite3'}: {e}") from e
         self._db.isolation_level = "DEFERRED"
-        self._flush_lock = threading.Lock()
+        # Held by queries and compaction: a query reads files that compaction would delete.
+        self._files_lock = threading.Lock()
         self._remove_orphans()
 
     def _conn(self) -> sqlite3.Connection:
         return self._db
 
     def _remove_orphans(self) -> None:
-        """Parquet files that no committed flush recorded (a crash between the file and the commit)."""
+        """Parquet files no committed transaction recorded (a crash between a file and its commit)."""
         known = {r[0] for r in self._all("SELECT path FROM parts")}
         for path in self.telemetry_dir.rglob("*"):
             if path.is_file() and str(path.relative_to(self.telemetry_dir)) not in known:
                 path.unlink()
 
-    def _insert_rows(self, cur: _Cursor, rows: list[tuple]) -> None:
-        cur.executemany(
-            "INSERT INTO staged (source, side, time_unix_ms, decision, rct_ms, record) VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-
-    def flush(self) -> None:
-        """Moves every staged row to Parquet: one file per (day, source) per pass."""
+    def _write(self, rel: str, columns: dict) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        with self._flush_lock:
-            while True:
-                rows = self._all(
-                    "SELECT id, source, side, time_unix_ms, decision, rct_ms, record FROM staged ORDER BY id LIMIT ?",
-                    (self.FLUSH_ROWS,),
-                )
-                if not rows:
-                    return
-                max_id = rows[-1][0]
-                groups: dict[tuple[str, str], list[tuple]] = {}
-                for r in rows:
-                    groups.setdefault((day_of(r[3]), r[1]), []).append(r)
-                written: list[tuple[str, int]] = []
-                for (day, source), group in groups.items():
-                    rel = f"day={day}/source={source}/part-{group[0][0]:012d}-{group[-1][0]:012d}.parquet"
-                    path = self.telemetry_dir / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    columns = list(zip(*group, strict=True))
-                    table = pa.table(
-                        {
-                            "id": pa.array(columns[0], pa.int64()),
-                            "source": pa.array(columns[1], pa.string()),
-                            "side": pa.array(columns[2], pa.string()),
-                            "time_unix_ms": pa.array(columns[3], pa.float64()),
-                            "decision": pa.array(columns[4], pa.string()),
-                            "rct_ms": pa.array(columns[5], pa.float64()),
-                            "record": pa.array(columns[6], pa.string()),
-                        }
-                    )
-                    tmp = path.with_name(path.name + ".tmp")
-                    pq.write_table(table, tmp)
-                    with open(tmp, "rb") as f:
-                        os.fsync(f.fileno())
-                    os.replace(tmp, path)
-                    written.append((rel, len(group)))
-                with self._tx() as cur:
-                    cur.executemany(
-                        "INSERT INTO parts (path, rows, max_id) VALUES (?, ?, ?)", [(p, n, max_id) for p, n in written]
-                    )
-                    cur.execute("DELETE FROM staged WHERE id <= ?", (max_id,))
+        path = self.telemetry_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(pa.table(columns), tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
-    def _parts(self) -> list[str]:
-        return [str(self.telemetry_dir / r[0]) for r in self._all("SELECT path FROM parts ORDER BY max_id, path")]
+    def _prepare_rows(self, source: str, rows: list[tuple]) -> list[tuple[str, str, int]]:
+        """The batch's records as Parquet files, one per day it spans, written before the
+        transaction that records them (a crash in between leaves files `_remove_orphans` deletes)."""
+        import pyarrow as pa
+
+        by_day: dict[str, list[tuple]] = {}
+        for r in rows:
+            by_day.setdefault(day_of(r[2]), []).append(r)
+        written: list[tuple[str, str, int]] = []
+        try:
+            for day, group in by_day.items():
+                partition = f"day={day}/source={source}"
+                rel = f"{partition}/b-{uuid.uuid4().hex}.parquet"
+                _, sides, times, decisions, rcts, records = zip(*group, strict=True)
+                self._write(
+                    rel,
+                    {
+                        "source": pa.array([source] * len(group), pa.string()),
+                        "side": pa.array(sides, pa.string()),
+                        "time_unix_ms": pa.array(times, pa.float64()),
+                        "decision": pa.array(decisions, pa.string()),
+                        "rct_ms": pa.array(rcts, pa.float64()),
+                        "record": pa.array(records, pa.string()),
+                    },
+                )
+                written.append((rel, partition, len(group)))
+        except BaseException:
+            self._discard(written)
+            raise
+        return written
+
+    def _discard(self, prepared: Any) -> None:
+        for rel, _, _ in prepared or []:
+            (self.telemetry_dir / rel).unlink(missing_ok=True)
+
+    def _insert_rows(self, cur: _Cursor, source: str, rows: list[tuple], prepared: Any) -> None:
+        cur.executemany("INSERT INTO parts (path, partition, rows) VALUES (?, ?, ?)", prepared)
+
+    def flush(self) -> None:
+        """Compaction: a partition's small files (one per batch) merged into one by DuckDB; the
+        new file is recorded and the old ones forgotten in one transaction, then deleted."""
+        import duckdb
+
+        candidates = self._all(
+            "SELECT partition, COUNT(*) FROM parts WHERE rows < ? GROUP BY partition HAVING COUNT(*) >= ?",
+            (self.COMPACT_BELOW_ROWS, self.COMPACT_FILES),
+        )
+        for partition, _ in candidates:
+            with self._files_lock:
+                old = self._all(
+                    "SELECT path, rows FROM parts WHERE partition = ? AND rows < ? ORDER BY path",
+                    (partition, self.COMPACT_BELOW_ROWS),
+                )
+                rel = f"{partition}/c-{uuid.uuid4().hex}.parquet"
+                path = self.telemetry_dir / rel
+                tmp = path.with_name(path.name + ".tmp")
+                con = duckdb.connect()
+                try:
+                    con.execute(
+                        f"COPY (SELECT * FROM read_parquet(?) ORDER BY time_unix_ms) TO '{tmp}' (FORMAT PARQUET)",
+                        [[str(self.telemetry_dir / p) for p, _ in old]],
+                    )
+                finally:
+                    con.close()
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                with self._tx() as cur:
+                    cur.executemany("DELETE FROM parts WHERE path = ?", [(p,) for p, _ in old])
+                    cur.execute(
+                        "INSERT INTO parts (path, partition, rows) VALUES (?, ?, ?)",
+                        (rel, partition, sum(n for _, n in old)),
+                    )
+                for p, _ in old:
+                    (self.telemetry_dir / p).unlink(missing_ok=True)
 
     def _query(self, sql: str, args: list) -> list[tuple]:
         import duckdb
 
-        self.flush()
-        parts = self._parts()
-        if not parts:
-            return []
-        con = duckdb.connect()
-        try:
-            return con.execute(sql.replace("FROM t ", "FROM read_parquet(?) ", 1), [parts, *args]).fetchall()
-        finally:
-            con.close()
+        with self._files_lock:
+            parts = [str(self.telemetry_dir / r[0]) for r in self._all("SELECT path FROM parts")]
+            if not parts:
+                return []
+            con = duckdb.connect()
+            try:
+                return con.execute(sql.replace("FROM t ", "FROM read_parquet(?) ", 1), [parts, *args]).fetchall()
+            finally:
+                con.close()
 
     def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
         where, args = _where(since_ms, side)
-        return [json.loads(r[0]) for r in self._query(f"SELECT record FROM t {where} ORDER BY id", args)]
+        rows = self._query(f"SELECT record FROM t {where} ORDER BY time_unix_ms", args)
+        return [orjson.loads(r[0]) for r in rows]
 
     def count_records(self) -> int:
-        staged = self._one("SELECT COUNT(*) FROM staged")[0]
-        parts = self._one("SELECT COALESCE(SUM(rows), 0) FROM parts")[0]
-        return int(staged) + int(parts)
+        return int(self._one("SELECT COALESCE(SUM(rows), 0) FROM parts")[0])
 
     def client_rct(self, since_ms: float) -> list[tuple[float, str | None, float]]:
         return self._query(
@@ -469,7 +529,6 @@ class EmbeddedStore(Store):
         return path.read_bytes() if path.exists() else None
 
     def close(self) -> None:
-        self.flush()
         with self._lock:
             self._db.close()
 
@@ -514,14 +573,15 @@ class PostgresStore(Store):
     def _conn(self) -> Any:
         return self._db
 
-    def _insert_rows(self, cur: _Cursor, rows: list[tuple]) -> None:
+    def _insert_rows(self, cur: _Cursor, source: str, rows: list[tuple], prepared: Any) -> None:
         with cur.raw.copy("COPY telemetry (source, side, time_unix_ms, decision, rct_ms, record) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 
     def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
         where, args = _where(since_ms, side)
-        return [json.loads(r[0]) for r in self._all(f"SELECT record FROM telemetry {where} ORDER BY id", tuple(args))]
+        rows = self._all(f"SELECT record FROM telemetry {where} ORDER BY time_unix_ms, id", tuple(args))
+        return [orjson.loads(r[0]) for r in rows]
 
     def count_records(self) -> int:
         return int(self._one("SELECT COUNT(*) FROM telemetry")[0])
