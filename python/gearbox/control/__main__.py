@@ -6,6 +6,7 @@
     gearbox control policy activate GEAR VERSION [--scope S]
     gearbox control policy rollback GEAR [--to VERSION] [--scope S]
     gearbox control policy list GEAR
+    gearbox control agent --spool DIR [--tail FILE]... [--policies DIR]   # an edge's or client's side
     gearbox control openapi                 # the API's OpenAPI schema (JSON)
 
 The policy commands talk to a running service: --url (or $GEARBOX_CONTROL_URL), --token (or
@@ -71,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     ls = psub.add_parser("list", help="GEAR's versions, what is active, the history")
     ls.add_argument("gear")
     remote(ls)
+
+    ag = sub.add_parser("agent", help="upload telemetry files and keep a folder on the active policies")
+    ag.add_argument("--spool", type=Path, required=True, help="the on-disk queue and tail offsets")
+    ag.add_argument("--tail", type=Path, action="append", default=[], help="a JSON Lines telemetry file (repeatable)")
+    ag.add_argument("--policies", type=Path, help="folder kept on the active policies (GEAR/current)")
+    ag.add_argument("--every", type=float, default=1.0, help="seconds between passes (default 1)")
+    remote(ag)
 
     sub.add_parser("openapi", help="print the API's OpenAPI schema (JSON)")
     b = sub.add_parser("bench", help="ingestion and poll rates, memory (gearbox bench control)")
@@ -172,6 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 store.close()
         elif args.command == "policy":
             _policy(args)
+        elif args.command == "agent":
+            import signal
+            import threading
+
+            from gearbox.control.agent import run_agent
+
+            if not args.url or not args.token:
+                raise CommandError(
+                    "--url and --token (or $GEARBOX_CONTROL_URL and $GEARBOX_CONTROL_TOKEN) are required"
+                )
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            run_agent(args.url, args.token, args.cafile, args.spool, args.tail, args.policies, args.every, stop)
         elif args.command == "openapi":
             from gearbox.control.app import create_app
 

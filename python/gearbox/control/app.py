@@ -29,6 +29,7 @@ from gearbox.control.tokens import hash_token
 
 MAX_BATCH_RECORDS = 100_000
 MAX_ERRORS_LISTED = 100
+ACTIVE_CACHE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Service:
         self._tokens: dict[str, Caller] = {}
         self._seen: dict[str, tuple[str, str, str | None, int, str | None]] = {}
         self._seen_lock = threading.Lock()
-        self._active_cache: dict[str, tuple[str, bytes]] = {}
+        self._active_cache: dict[str, tuple[str, bytes, float]] = {}
         self._active_lock = threading.Lock()
         self.group_of: dict[str, list[str]] = {}
         for group, members in config.groups.items():
@@ -128,13 +129,15 @@ class Service:
 
     def active_for(self, name: str) -> tuple[str, bytes]:
         """The policies a peer should run: per gear, its group's activation if it has one, else
-        the global one. Returns (ETag, JSON body); cached until the next activation."""
+        the global one. Returns (ETag, JSON body); cached until the next activation here, or for
+        `ACTIVE_CACHE_S`."""
         groups = self.group_of.get(name, [])
         key = ",".join(groups)
+        now = time.monotonic()
         with self._active_lock:
             hit = self._active_cache.get(key)
-        if hit:
-            return hit
+        if hit and hit[2] > now:
+            return hit[0], hit[1]
         active = self.store.active()
         out: dict[str, dict] = {}
         gears = sorted({g for g, _ in active})
@@ -155,7 +158,8 @@ class Service:
         ).encode()
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         with self._active_lock:
-            self._active_cache[key] = (etag, body)
+            # Re-read at most once a second: another instance sharing the store may activate.
+            self._active_cache[key] = (etag, body, now + ACTIVE_CACHE_S)
         return etag, body
 
     def push(self, gear: str, data: bytes, stated: str | None, who: str, note: str | None) -> dict:

@@ -101,12 +101,23 @@ class Uploader:
                 if len(self._pending) >= self.batch_records:
                     self._seal_locked()
 
-    def seal(self) -> None:
-        """Writes the records gathered so far to the spool as one batch."""
+    def seal(self, meta: dict | None = None) -> None:
+        """Writes the records gathered so far to the spool as one batch; `meta` travels with it
+        (a file tail's offset: `FileTail`)."""
         with self._lock:
-            self._seal_locked()
+            self._seal_locked(meta)
 
-    def _seal_locked(self) -> None:
+    def spooled_meta(self) -> list[dict]:
+        """The `meta` of the batches still in the spool."""
+        out = []
+        for path in self._batches():
+            try:
+                out.append(json.loads(path.read_text()).get("meta") or {})
+            except (OSError, json.JSONDecodeError):
+                pass
+        return out
+
+    def _seal_locked(self, meta: dict | None = None) -> None:
         if not self._pending:
             return
         self._seq += 1
@@ -114,7 +125,7 @@ class Uploader:
         path = self.spool / f"{self._seq:012d}-{key}.batch.json"
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("w") as f:
-            json.dump({"key": key, "records": self._pending}, f, separators=(",", ":"))
+            json.dump({"key": key, "records": self._pending, "meta": meta}, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
