@@ -168,6 +168,8 @@ class Uploader:
                 if resp.status_code not in _FINAL:
                     self.stats.failures += 1
                     return False
+                if resp.status_code == 413:
+                    self.stats.dropped_batches += 1  # too large to ever be taken: counted, not resent
                 body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
                 self.stats.sent_batches += 1
                 self.stats.sent_records += int(body.get("stored", 0))

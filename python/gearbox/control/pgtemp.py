@@ -39,7 +39,8 @@ class TempPostgres:
         if os.geteuid() == 0:
             pw = pwd.getpwnam("nobody")
             self.prefix, uid, gid = ["runuser", "-u", "nobody", "--"], pw.pw_uid, pw.pw_gid
-        self.root = Path(tempfile.mkdtemp(prefix="gearbox-pg-"))
+        # As root, in /tmp: `nobody` must reach the folder, which a root-only $TMPDIR would stop.
+        self.root = Path(tempfile.mkdtemp(prefix="gearbox-pg-", dir="/tmp" if uid is not None else None))
         self.data, sock = self.root / "data", self.root / "sock"
         sock.mkdir()
         if uid is not None:

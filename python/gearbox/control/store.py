@@ -37,8 +37,8 @@ import orjson
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ROLES = ("edge", "client", "agent", "learner", "admin")
 
-# Columns kept beside each record's JSON text, for queries without parsing it.
-TELEMETRY_COLUMNS = ("source", "side", "time_unix_ms", "decision", "rct_ms", "record")
+# DuckDB beside the service, not instead of it: one thread, a bounded buffer pool.
+DUCKDB_CONFIG = {"threads": 1, "memory_limit": "256MB"}
 
 
 class StoreError(Exception):
@@ -466,7 +466,7 @@ class EmbeddedStore(Store):
                 rel = f"{partition}/c-{uuid.uuid4().hex}.parquet"
                 path = self.telemetry_dir / rel
                 tmp = path.with_name(path.name + ".tmp")
-                con = duckdb.connect()
+                con = duckdb.connect(config=DUCKDB_CONFIG)
                 try:
                     con.execute(
                         f"COPY (SELECT * FROM read_parquet(?) ORDER BY time_unix_ms) TO '{tmp}' (FORMAT PARQUET)",
@@ -493,7 +493,7 @@ class EmbeddedStore(Store):
             parts = [str(self.telemetry_dir / r[0]) for r in self._all("SELECT path FROM parts")]
             if not parts:
                 return []
-            con = duckdb.connect()
+            con = duckdb.connect(config=DUCKDB_CONFIG)
             try:
                 return con.execute(sql.replace("FROM t ", "FROM read_parquet(?) ", 1), [parts, *args]).fetchall()
             finally:
