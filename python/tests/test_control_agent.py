@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from control_support import Control, control_plane
-from support import free_port, stop, wait_until_listening
+from support import REPO, free_port, stop, wait_until_listening
 
 import gearbox
 from gearbox.control.client import wait_for
@@ -76,7 +76,8 @@ def test_edge_and_client_upload_through_agents_and_the_edge_picks_up_a_pushed_ta
         procs.append(agent(control, "edge", tmp_path, edge_jsonl, policies))
         table = policies / "tcpwise" / "current" / "cwnd.toml"
         assert wait_for(table.exists, 60), (tmp_path / "agent-edge.log").read_text()
-        procs.append(agent(control, "client", tmp_path, client_jsonl, None))
+        client_policies = tmp_path / "client-policies"
+        procs.append(agent(control, "client", tmp_path, client_jsonl, client_policies))
 
         port = free_port()
         edge_log = tmp_path / "edge.log"
@@ -99,6 +100,20 @@ def test_edge_and_client_upload_through_agents_and_the_edge_picks_up_a_pushed_ta
 
         assert all(r["status"] == 200 for r in fetch(5))
         push_table(control, tmp_path, 2, 20, 25)  # during the run
+        # A client-side policy pushed during the run too: the transport gear's models.
+        r = control.cli(
+            "policy",
+            "push",
+            "transport",
+            str(REPO / "models" / "wisetrans"),
+            "--activate",
+            "--token",
+            control.tokens["admin"],
+        )
+        assert r.returncode == 0, r.stderr
+        client_model = client_policies / "transport" / "current" / "tcp.json"
+        assert wait_for(client_model.exists, 60), (tmp_path / "agent-client.log").read_text()
+        assert client_model.read_bytes() == (REPO / "models" / "wisetrans" / "tcp.json").read_bytes()
 
         def edge_took_v2() -> bool:
             fetch(1)
@@ -121,7 +136,8 @@ def test_edge_and_client_upload_through_agents_and_the_edge_picks_up_a_pushed_ta
 
         assert Counter(key(r) for r in stored if r["side"] == "edge") == Counter(key(r) for r in written_edge)
         assert Counter(key(r) for r in stored if r["side"] == "client") == Counter(key(r) for r in written_client)
-        assert peers["edge"]["policies"] == {"tcpwise": 2}
+        assert peers["edge"]["policies"] == {"tcpwise": 2, "transport": 1}
+        assert peers["client"]["policies"] == {"tcpwise": 2, "transport": 1}
         assert peers["edge"]["records"] == len(written_edge) and peers["client"]["records"] == len(written_client)
     finally:
         if edge_proc is not None:

@@ -7,7 +7,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from control_support import client_record, control_plane, edge_record
+from control_support import client_record, control_plane, edge_record, store_spec
+from control_support import postgres as postgres  # noqa: F401 (fixture)
 from test_control import policy_dir
 
 from gearbox.control import policy as pol
@@ -41,8 +42,11 @@ def iw_record(i: int, iw: int, latency_ms: float) -> dict:
     )
 
 
-def test_jobs_learn_from_stored_telemetry_and_push_versions(tmp_path: Path) -> None:
-    control = control_plane(tmp_path / "control", "store", extra=JOBS, start=False)
+@pytest.mark.parametrize("kind", ["embedded", "postgres"])
+def test_jobs_learn_from_stored_telemetry_and_push_versions(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    control = control_plane(tmp_path / "control", store_spec(kind, request), extra=JOBS, start=False)
     try:
         for gear in ("tcpwise", "held"):
             r = control.cli("policy", "push", gear, str(policy_dir(tmp_path, gear)), "--token", control.tokens["admin"])
