@@ -8,6 +8,7 @@
     gearbox control policy list GEAR
     gearbox control agent --spool DIR [--tail FILE]... [--policies DIR]   # an edge's or client's side
     gearbox control openapi                 # the API's OpenAPI schema (JSON)
+    gearbox control bench [--records N]     # = gearbox bench control: figures, not a test
 
 The policy commands talk to a running service: --url (or $GEARBOX_CONTROL_URL), --token (or
 $GEARBOX_CONTROL_TOKEN, a learner or admin token) and --cafile (or $GEARBOX_CONTROL_CA, the
