@@ -399,7 +399,7 @@ def test_embedded_store_merges_small_files_and_forgets_files_no_commit_recorded(
 
     store = EmbeddedStore(tmp_path / "store")
     for b in range(20):
-        rows = [telemetry_row("edge-1", edge_record(b * 10 + i)) for i in range(10)]
+        rows = [telemetry_row("edge-1", edge_record(b * 10 + i), 1000 + b) for i in range(10)]
         assert not store.ingest("edge-1", "edge", f"k{b}", rows, 200, {"stored": 10, "rejected": 0}).duplicate
     files = sorted((tmp_path / "store" / "telemetry").rglob("*.parquet"))
     assert len(files) == 20 and all("/source=edge-1/" in str(f) and "/day=" in str(f) for f in files)
@@ -408,6 +408,7 @@ def test_embedded_store_merges_small_files_and_forgets_files_no_commit_recorded(
     assert len(merged) == 1 and merged[0].name.startswith("c-")
     assert sorted(r["conn_id"] for r in store.records()) == list(range(200))
     assert store.count_records() == 200
+    assert sorted(r["conn_id"] for r in store.records(received=(1005, 1007))) == list(range(50, 70))
     store.close()
     # A file written for a batch whose transaction never committed (the service killed in between).
     stray = merged[0].with_name("b-stray.parquet")

@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from gearbox.control import policy as pol
 from gearbox.control.config import Config
 from gearbox.control.schema import validate
-from gearbox.control.store import NAME_RE, ROLES, Store, telemetry_row
+from gearbox.control.store import NAME_RE, ROLES, Store, now_ms, telemetry_row
 from gearbox.control.tokens import hash_token
 
 MAX_BATCH_RECORDS = 100_000
@@ -286,10 +286,11 @@ def create_app(config: Config, store: Store) -> FastAPI:
         if len(records) > MAX_BATCH_RECORDS:
             raise HTTPException(413, f"records: {len(records)} records exceed the batch limit of {MAX_BATCH_RECORDS}")
         rows, errors = [], []
+        received = now_ms()
         for i, rec in enumerate(records):
             problem = validate(rec)
             if problem is None:
-                rows.append(telemetry_row(caller.name, rec))
+                rows.append(telemetry_row(caller.name, rec, received))
             else:
                 errors.append({"index": i, "field": problem[0], "reason": problem[1]})
         response: dict = {"stored": len(rows), "rejected": len(errors)}

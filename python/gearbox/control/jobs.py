@@ -1,8 +1,9 @@
 """Learners on a schedule (`[jobs]` in the config): each job runs its command as a subprocess
 every `every_s`, with
 
-- `{telemetry}`: a JSON Lines file of the stored records (of `side`, if set) since the job's last
-  run started (all of them the first time): the learning interval's samples;
+- `{telemetry}`: a JSON Lines file of the records (of `side`, if set) whose batches arrived since
+  the job's last run (all of them the first time): the learning interval's samples, late
+  (spooled) batches included, none twice;
 - `{input}`: a folder holding the gear's active version (empty when none is active);
 - `{output}`: an empty folder where the learner writes the next version;
 - `{python}`: the Python running the control plane.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from gearbox.control import policy as pol
 from gearbox.control.config import Config, Job
-from gearbox.control.store import Store
+from gearbox.control.store import Store, now_ms
 
 MAX_LOG_BYTES = 64 * 1024
 
@@ -59,21 +60,25 @@ class Scheduler:
             self._stop.wait(0.2)
 
 
-def _since_ms(store: Store, job: Job) -> float | None:
-    runs = store.runs(job.name)
-    return float(runs[-2]["started_ms"]) if len(runs) >= 2 else None
+# A batch is committed within moments of the time it was received (its `received_ms`); a run
+# reads the batches received before its cut, this long before it starts, so that none still
+# committing is missed, and the next run starts where this one's window ended.
+COMMIT_MARGIN_MS = 2000
 
 
 def run_job(job: Job, store: Store, service: object) -> dict:
     """One run of a job, start to finish; returns its stored run."""
-    run_id = store.start_run(job.name)
+    cut = now_ms() - COMMIT_MARGIN_MS
+    earlier = store.runs(job.name)
+    window = (int(earlier[-1]["cut_ms"]) if earlier else None, cut)
+    run_id = store.start_run(job.name, cut)
     log: list[str] = []
     outcome, version = "failed", None
     try:
         with tempfile.TemporaryDirectory(prefix=f"gearbox-job-{job.name}-") as tmp:
             root = Path(tmp)
             telemetry = root / "telemetry.jsonl"
-            records = store.records(_since_ms(store, job), job.side)
+            records = store.records(side=job.side, received=window)
             with telemetry.open("w") as f:
                 for r in records:
                     f.write(json.dumps(r, separators=(",", ":")) + "\n")

@@ -63,8 +63,10 @@ def day_of(time_unix_ms: float) -> str:
     return datetime.fromtimestamp(time_unix_ms / 1000.0, UTC).strftime("%Y-%m-%d")
 
 
-def telemetry_row(source: str, record: dict) -> tuple:
-    """A record's row: its columns and its JSON text."""
+def telemetry_row(source: str, record: dict, received_ms: int) -> tuple:
+    """A record's row: its columns, its JSON text, and when its batch arrived (`received_ms`:
+    what scheduled jobs select by, since `time_unix_ms` is when the request happened and a
+    spooled batch arrives late)."""
     rct = record.get("rct_ms")
     return (
         source,
@@ -73,6 +75,7 @@ def telemetry_row(source: str, record: dict) -> tuple:
         record.get("decision"),
         float(rct) if isinstance(rct, (int, float)) and not isinstance(rct, bool) else None,
         orjson.dumps(record).decode(),
+        received_ms,
     )
 
 
@@ -90,7 +93,7 @@ CREATE TABLE IF NOT EXISTS policy_versions (gear TEXT NOT NULL, version INTEGER 
     manifest TEXT NOT NULL, note TEXT, PRIMARY KEY (gear, version));
 CREATE TABLE IF NOT EXISTS activations (id {id}, gear TEXT NOT NULL, scope TEXT NOT NULL, version INTEGER NOT NULL,
     who TEXT NOT NULL, at_ms BIGINT NOT NULL, action TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS job_runs (id {id}, job TEXT NOT NULL, started_ms BIGINT NOT NULL,
+CREATE TABLE IF NOT EXISTS job_runs (id {id}, job TEXT NOT NULL, started_ms BIGINT NOT NULL, cut_ms BIGINT NOT NULL,
     finished_ms BIGINT, outcome TEXT NOT NULL, version INTEGER, log TEXT NOT NULL DEFAULT '');
 """
 
@@ -199,9 +202,14 @@ class Store(ABC):
     def _insert_rows(self, cur: _Cursor, source: str, rows: list[tuple], prepared: Any) -> None: ...
 
     @abstractmethod
-    def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
-        """The stored records (parsed), oldest first, optionally only those newer than `since_ms`
-        and of one side."""
+    def records(
+        self,
+        since_ms: float | None = None,
+        side: str | None = None,
+        received: tuple[int | None, int] | None = None,
+    ) -> list[dict]:
+        """The stored records (parsed), oldest first, optionally only those newer than `since_ms`,
+        of one side, and whose batch arrived in `[received[0], received[1])`."""
 
     @abstractmethod
     def count_records(self) -> int: ...
@@ -303,11 +311,11 @@ class Store(ABC):
 
     # --- jobs -------------------------------------------------------------------------------------
 
-    def start_run(self, job: str) -> int:
+    def start_run(self, job: str, cut_ms: int) -> int:
         with self._tx() as cur:
             cur.execute(
-                "INSERT INTO job_runs (job, started_ms, outcome) VALUES (?, ?, 'running') RETURNING id",
-                (job, now_ms()),
+                "INSERT INTO job_runs (job, started_ms, cut_ms, outcome) VALUES (?, ?, ?, 'running') RETURNING id",
+                (job, now_ms(), cut_ms),
             )
             return int(cur.fetchone()[0])
 
@@ -319,7 +327,7 @@ class Store(ABC):
             )
 
     def runs(self, job: str | None = None) -> list[dict]:
-        cols = "id, job, started_ms, finished_ms, outcome, version, log"
+        cols = "id, job, started_ms, cut_ms, finished_ms, outcome, version, log"
         if job is None:
             rows = self._all(f"SELECT {cols} FROM job_runs ORDER BY id")
         else:
@@ -423,7 +431,7 @@ class EmbeddedStore(Store):
             for day, group in by_day.items():
                 partition = f"day={day}/source={source}"
                 rel = f"{partition}/b-{uuid.uuid4().hex}.parquet"
-                _, sides, times, decisions, rcts, records = zip(*group, strict=True)
+                _, sides, times, decisions, rcts, records, received = zip(*group, strict=True)
                 self._write(
                     rel,
                     {
@@ -433,6 +441,7 @@ class EmbeddedStore(Store):
                         "decision": pa.array(decisions, pa.string()),
                         "rct_ms": pa.array(rcts, pa.float64()),
                         "record": pa.array(records, pa.string()),
+                        "received_ms": pa.array(received, pa.int64()),
                     },
                 )
                 written.append((rel, partition, len(group)))
@@ -499,8 +508,13 @@ class EmbeddedStore(Store):
             finally:
                 con.close()
 
-    def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
-        where, args = _where(since_ms, side)
+    def records(
+        self,
+        since_ms: float | None = None,
+        side: str | None = None,
+        received: tuple[int | None, int] | None = None,
+    ) -> list[dict]:
+        where, args = _where(since_ms, side, received)
         rows = self._query(f"SELECT record FROM t {where} ORDER BY time_unix_ms", args)
         return [orjson.loads(r[0]) for r in rows]
 
@@ -533,8 +547,16 @@ class EmbeddedStore(Store):
             self._db.close()
 
 
-def _where(since_ms: float | None, side: str | None) -> tuple[str, list]:
+def _where(
+    since_ms: float | None, side: str | None, received: tuple[int | None, int] | None = None
+) -> tuple[str, list]:
     clauses, args = [], []
+    if received is not None:
+        if received[0] is not None:
+            clauses.append("received_ms >= ?")
+            args.append(received[0])
+        clauses.append("received_ms < ?")
+        args.append(received[1])
     if since_ms is not None:
         clauses.append("time_unix_ms > ?")
         args.append(since_ms)
@@ -565,7 +587,7 @@ class PostgresStore(Store):
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS telemetry (id BIGSERIAL PRIMARY KEY, source TEXT NOT NULL, "
                 "side TEXT NOT NULL, time_unix_ms DOUBLE PRECISION NOT NULL, decision TEXT, rct_ms DOUBLE PRECISION, "
-                "record TEXT NOT NULL)"
+                "record TEXT NOT NULL, received_ms BIGINT NOT NULL)"
             )
             cur.execute("CREATE INDEX IF NOT EXISTS telemetry_time ON telemetry (time_unix_ms)")
             cur.execute("CREATE TABLE IF NOT EXISTS blobs (sha256 TEXT PRIMARY KEY, data BYTEA NOT NULL)")
@@ -574,12 +596,19 @@ class PostgresStore(Store):
         return self._db
 
     def _insert_rows(self, cur: _Cursor, source: str, rows: list[tuple], prepared: Any) -> None:
-        with cur.raw.copy("COPY telemetry (source, side, time_unix_ms, decision, rct_ms, record) FROM STDIN") as copy:
+        with cur.raw.copy(
+            "COPY telemetry (source, side, time_unix_ms, decision, rct_ms, record, received_ms) FROM STDIN"
+        ) as copy:
             for row in rows:
                 copy.write_row(row)
 
-    def records(self, since_ms: float | None = None, side: str | None = None) -> list[dict]:
-        where, args = _where(since_ms, side)
+    def records(
+        self,
+        since_ms: float | None = None,
+        side: str | None = None,
+        received: tuple[int | None, int] | None = None,
+    ) -> list[dict]:
+        where, args = _where(since_ms, side, received)
         rows = self._all(f"SELECT record FROM telemetry {where} ORDER BY time_unix_ms, id", tuple(args))
         return [orjson.loads(r[0]) for r in rows]
 
