@@ -168,8 +168,25 @@ class SimSession:
     @property
     def finished(self) -> bool: ...
     def monitor(self) -> list[dict[str, Any]]:
-        """Each live connection's monitor over the period since the previous call (Floo Table 2)."""
+        """Each live connection's monitor over the period since the previous call (Floo Table 2),
+        with the Floo Monitor's normalised state in `features` (`floo_feature_names()` order)."""
     def switch(self, conn: int, cca: str, mode: str = "full") -> None:
         """Switches connection `conn`'s controller to `cca` with full or part switching."""
     def take_records(self) -> list[dict[str, Any]]:
         """Client records of the requests finished since the previous call."""
+    def drive(
+        self,
+        gear: str,
+        period_s: float = 12.0,
+        mode: str = "full",
+        model_dir: _Path | None = None,
+        seed: int = 0,
+    ) -> dict[str, int]:
+        """Runs to the end with a Rust gear (a controller name, "random" or "floo") choosing
+        every connection's controller every `period_s`; returns periods, decisions, switches."""
+
+def floo_feature_names() -> list[str]:
+    """The Floo Monitor's normalised state, in the order of a monitor's `features`."""
+
+def generate_trace(preset: str, duration_s: float, seed: int, path: _Path) -> None:
+    """Writes a synthetic link trace (docs/traces.md) in mahimahi format."""

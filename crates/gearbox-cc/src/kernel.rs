@@ -189,6 +189,11 @@ impl TcpCcHandle {
     pub fn current(&self) -> std::io::Result<String> {
         TcpCc::current(&socket2::SockRef::from(&*self.socket))
     }
+
+    /// The socket (for reading its `TCP_INFO`).
+    pub fn socket(&self) -> &socket2::Socket {
+        &self.socket
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,8 @@ pub enum Part {
     Lab,
     /// The WiseTrans comparison over a changing emulated path.
     Wisetrans,
+    /// Floo's controller selection against static controllers, in the simulator.
+    Floo,
 }
 
 /// Arguments of `gearbox demo`.
@@ -97,6 +99,26 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     if part == Part::Loopback {
         return Ok(());
     }
+    let out = a.out.to_string_lossy().into_owned();
+    if matches!(part, Part::All | Part::Floo) {
+        let dir = format!("{out}/floo");
+        lab_part(
+            "Floo: the shipped policy against static controllers on 12 held-apart simulated paths",
+            &[
+                "floo",
+                "evaluate",
+                "--scenarios",
+                "12",
+                "--duration-s",
+                "120",
+                "--out",
+                &dir,
+            ],
+        )?;
+    }
+    if part == Part::Floo {
+        return Ok(());
+    }
     if let Some(why) = emulation_unavailable() {
         if part == Part::All {
             println!("\n(skipping the emulated parts: {why}; `gearbox demo --part loopback` is what runs here)");
@@ -104,7 +126,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         }
         bail!("the {part:?} part needs the emulator: {why}");
     }
-    let out = a.out.to_string_lossy().into_owned();
     if matches!(part, Part::All | Part::Lab) {
         let dir = format!("{out}/lab");
         lab_part(

@@ -4,8 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_cc::{QuicCc, SwitchMode, TcpCc};
+use gearbox_edge::floo::PeriodGear;
 use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
+use gearbox_gear_api::CcaPeriodGear;
+use gearbox_gears::floo::{FixedCca, FlooGear, RandomCca};
 
 /// Arguments of `gearbox edge`. Each flag overrides the same field of `--config`.
 #[derive(clap::Args, Debug, Default)]
@@ -42,6 +45,21 @@ pub struct EdgeArgs {
     /// file changes.
     #[arg(long, value_name = "FILE")]
     pub cwnd_table: Option<PathBuf>,
+    /// Gear that re-chooses each QUIC connection's congestion controller every selection
+    /// period (docs/floo.md): `floo` (the trained policy in --model-dir), `random`, or a
+    /// controller name (a static baseline that switches every connection to it)
+    /// [default: none; each connection keeps --cc].
+    #[arg(long, value_name = "GEAR")]
+    pub gear: Option<String>,
+    /// Floo's model directory (policy.json and its sidecar) [default: models/floo].
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// The selection period of --gear, seconds [default: 12, Floo's].
+    #[arg(long, value_name = "S")]
+    pub period_s: Option<f64>,
+    /// How --gear switches: full (state migration, Floo) or part (P-Floo) [default: full].
+    #[arg(long, value_name = "MODE")]
+    pub switch: Option<String>,
     /// Largest n served by /bytes/{n} [default: 1073741824].
     #[arg(long)]
     pub max_bytes: Option<u64>,
@@ -114,12 +132,76 @@ pub fn static_gears(c: &EdgeConfig) -> ConnectionGears {
     ConnectionGears::from_config(c)
 }
 
+/// The period gear `--gear` asks for. A Floo model that cannot be used is a warning and
+/// no gear (every connection keeps the configured controller), never a failed start;
+/// a bad flag is an error.
+pub fn period_gear(a: &EdgeArgs, c: &EdgeConfig) -> anyhow::Result<Option<PeriodGear>> {
+    let Some(name) = a.gear.as_deref() else {
+        for (flag, set) in [
+            ("--model-dir", a.model_dir.is_some()),
+            ("--period-s", a.period_s.is_some()),
+            ("--switch", a.switch.is_some()),
+        ] {
+            anyhow::ensure!(!set, "{flag} needs --gear");
+        }
+        return Ok(None);
+    };
+    let period_s = a.period_s.unwrap_or(12.0);
+    anyhow::ensure!(
+        period_s.is_finite() && period_s >= 0.01,
+        "--period-s {period_s}: give a number of seconds >= 0.01"
+    );
+    let mode = match a.switch.as_deref().unwrap_or("full") {
+        "full" => SwitchMode::Full,
+        "part" => SwitchMode::Part,
+        other => anyhow::bail!("--switch {other:?}: valid: full, part"),
+    };
+    anyhow::ensure!(
+        matches!(c.cc, QuicCc::Suite(_)),
+        "--gear {name} switches controllers, which quinn's built-in {} cannot; use one of the suite's (--cc cubic, bbr, copa, westwood, newreno, vivace)",
+        c.cc.name()
+    );
+    let gear: Box<dyn CcaPeriodGear> = match name {
+        "floo" => {
+            let dir = a.model_dir.clone().unwrap_or_else(|| PathBuf::from("models/floo"));
+            match FlooGear::load(&dir) {
+                Ok(g) => Box::new(g),
+                Err(e) => {
+                    tracing::warn!(error = %e, "floo: no usable model; every connection keeps {}", c.cc.name());
+                    eprintln!(
+                        "gearbox edge: warning: floo: {e}; every connection keeps {}",
+                        c.cc.name()
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        "random" => Box::new(RandomCca::new(gearbox_dataplane::telemetry::unix_ms_now().to_bits())),
+        other => match gearbox_cc::Cca::from_name(other) {
+            Some(cca) => Box::new(FixedCca(cca)),
+            None => anyhow::bail!(
+                "--gear {other:?}: valid: floo, random, {}",
+                gearbox_cc::Cca::ALL.map(gearbox_cc::Cca::name).join(", ")
+            ),
+        },
+    };
+    Ok(Some(PeriodGear {
+        gear,
+        period: std::time::Duration::from_secs_f64(period_s),
+        mode,
+    }))
+}
+
 /// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
     let config = a.config()?;
+    let period = period_gear(&a, &config)?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let gears = static_gears(&config);
+        let mut gears = static_gears(&config);
+        if let Some(pg) = period {
+            gears.set_period_gear(pg);
+        }
         let edge = Edge::bind(config, gears).await?;
         eprintln!(
             "gearbox edge: https://{} (h2, http/1.1) and h3 on udp {}{}",

@@ -5,6 +5,9 @@
 //! `gearbox learn tcpwise ...` is `python -m gearbox.tcpwise learn ...`: TCP WISE's
 //! Performance Oriented Learning (seed §IV-C, Algorithm 1), which reads the edge's telemetry
 //! and writes the next Cwnd Table (docs/tcpwise.md, "Learning").
+//!
+//! `gearbox learn floo ...` is `python -m gearbox.floo.train ...`: Floo's PPO training in
+//! the simulator (docs/floo.md, "Training").
 
 use std::os::unix::process::CommandExt;
 
@@ -22,6 +25,9 @@ pub struct LearnArgs {
 enum Learner {
     /// TCP WISE: the next Cwnd Table from edge telemetry (`gearbox learn tcpwise --help`).
     Tcpwise(PassedArgs),
+    /// Floo: the controller-selection policy, trained by PPO in the simulator
+    /// (`gearbox learn floo --help`; docs/floo.md).
+    Floo(PassedArgs),
 }
 
 /// Everything after the learner's name, passed on untouched (`--help` is the Python side's).
@@ -36,6 +42,7 @@ struct PassedArgs {
 pub fn run(a: LearnArgs) -> anyhow::Result<()> {
     let (module, prog, args) = match a.learner {
         Learner::Tcpwise(p) => ("gearbox.tcpwise", "gearbox learn tcpwise", p.args),
+        Learner::Floo(p) => ("gearbox.floo.train", "gearbox learn floo", p.args),
     };
     let (mut cmd, python) = crate::lab_cmd::python_module(module, prog, &args)?;
     // runpy replaces argv[0] with the module's path: the usage's name goes by the environment.

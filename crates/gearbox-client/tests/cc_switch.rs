@@ -36,6 +36,14 @@ struct Running {
 }
 
 async fn start(site: &Site, tweak: impl FnOnce(&mut gearbox_edge::EdgeConfig)) -> Running {
+    start_with(site, tweak, None).await
+}
+
+async fn start_with(
+    site: &Site,
+    tweak: impl FnOnce(&mut gearbox_edge::EdgeConfig),
+    period: Option<gearbox_edge::floo::PeriodGear>,
+) -> Running {
     let telemetry = site.path().join("edge.jsonl");
     let mut config = gearbox_edge::EdgeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -44,7 +52,13 @@ async fn start(site: &Site, tweak: impl FnOnce(&mut gearbox_edge::EdgeConfig)) -
         ..gearbox_edge::EdgeConfig::default()
     };
     tweak(&mut config);
-    let edge = site.edge(config).await;
+    let edge = site
+        .edge_with(config, |g| {
+            if let Some(p) = period {
+                g.set_period_gear(p);
+            }
+        })
+        .await;
     let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(edge.serve(async {
@@ -245,4 +259,151 @@ async fn a_live_tcp_connection_switches_kernel_controller_and_refuses_what_the_k
         .map(|r| r["transport"]["cc"].as_str().unwrap())
         .collect();
     assert_eq!(ccs, ["cubic", "bbr"]);
+}
+
+/// A period gear that always asks for one controller and keeps what it was shown.
+struct Recording {
+    to: Cca,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<gearbox_gear_api::ConnectionStats>>>,
+}
+
+impl gearbox_gear_api::CcaPeriodGear for Recording {
+    fn choose(
+        &mut self,
+        stats: &gearbox_gear_api::ConnectionStats,
+        _now: std::time::Instant,
+    ) -> gearbox_gear_api::Decision<Cca> {
+        self.seen.lock().unwrap().push(stats.clone());
+        gearbox_gear_api::Decision::new(self.to, "test: always copa")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_switched_and_recorded() {
+    let site = Site::new();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gear = gearbox_edge::floo::PeriodGear {
+        gear: Box::new(Recording {
+            to: Cca::Copa,
+            seen: seen.clone(),
+        }),
+        period: Duration::from_millis(200),
+        mode: gearbox_cc::SwitchMode::Part,
+    };
+    let edge = start_with(&site, |c| c.cc = QuicCc::Suite(Cca::Cubic), Some(gear)).await;
+    let (quic, admin_addr) = (edge.quic, edge.admin);
+    let client = site.client();
+    let url = format!("https://{quic}/bytes/300000");
+    bounded(async {
+        // Keep one connection busy until the gear has switched it to Copa.
+        loop {
+            let r = client
+                .request(Request::get(&url, TransportPref::Quic))
+                .await
+                .expect("GET over QUIC");
+            assert_eq!(r.body.len(), 300_000);
+            let (_, body) = admin(admin_addr, "GET", "/connections").await;
+            let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if conns[0]["cca"] == "copa" {
+                assert_eq!(conns[0]["switches"], 1);
+                break;
+            }
+        }
+    })
+    .await;
+    drop(client);
+    let records = edge.stop().await;
+    let seen = seen.lock().unwrap().clone();
+    // The gear saw the connection's own transport state and the application's.
+    let first = &seen[0];
+    assert_eq!(first.cca, Cca::Cubic);
+    assert!(first.bytes_sent > 300_000, "{first:?}");
+    assert!(
+        first.max_delivery_rate_bps.unwrap() > 0 && first.min_rtt_ms.unwrap() > 0.0,
+        "{first:?}"
+    );
+    assert!(first.cwnd_bytes > 0 && first.srtt_ms.unwrap() >= first.min_rtt_ms.unwrap());
+    assert!(
+        seen.iter().any(|s| s.response_wait_ms.is_some_and(|w| w >= 0.0)),
+        "the HTTP/3 path reports each response's wait: {seen:?}"
+    );
+    let decisions: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_decision").collect();
+    assert!(!decisions.is_empty());
+    let d = decisions[0];
+    assert_eq!((d["cca"].as_str(), d["choice"].as_str()), (Some("cubic"), Some("copa")));
+    assert_eq!(d["reason"], "test: always copa");
+    assert_eq!(d["switched"], true);
+    assert_eq!(d["stats"]["bytes_sent"].as_u64(), Some(first.bytes_sent));
+    // A decision that finds Copa running leaves it.
+    assert!(decisions
+        .iter()
+        .filter(|d| d["cca"] == "copa")
+        .all(|d| d["switched"] == false));
+    let switches: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["event"] == "cc_switch" && r["outcome"] == "switched")
+        .collect();
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert_eq!(
+        (switches[0]["from"].as_str(), switches[0]["to"].as_str()),
+        (Some("cubic"), Some("copa"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_period_gear_reads_tcp_info_and_switches_the_kernel_controller() {
+    let site = Site::new();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gear = gearbox_edge::floo::PeriodGear {
+        gear: Box::new(Recording {
+            to: Cca::Bbr,
+            seen: seen.clone(),
+        }),
+        period: Duration::from_millis(200),
+        mode: gearbox_cc::SwitchMode::Full,
+    };
+    let edge = start_with(&site, |c| c.tcp_cc = Some(gearbox_cc::TcpCc::Cubic), Some(gear)).await;
+    let (tcp, admin_addr) = (edge.tcp, edge.admin);
+    let client = site.client();
+    let url = format!("https://{tcp}/bytes/300000");
+    bounded(async {
+        loop {
+            client
+                .request(Request::get(&url, TransportPref::Tcp))
+                .await
+                .expect("GET over TCP");
+            let (_, body) = admin(admin_addr, "GET", "/connections").await;
+            let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if conns[0]["cca"] == "bbr" {
+                break;
+            }
+        }
+    })
+    .await;
+    drop(client);
+    let records = edge.stop().await;
+    let seen = seen.lock().unwrap().clone();
+    let first = &seen[0];
+    assert_eq!(
+        (first.transport, first.cca),
+        (gearbox_gear_api::Transport::Tcp, Cca::Cubic)
+    );
+    assert!(
+        first.bytes_sent > 300_000 && first.min_rtt_ms.unwrap() > 0.0,
+        "{first:?}"
+    );
+    assert!(first.cwnd_bytes > 0 && first.response_wait_ms.is_none(), "{first:?}");
+    let d = records.iter().find(|r| r["event"] == "cc_decision").unwrap();
+    assert_eq!(
+        (d["transport"].as_str(), d["cca"].as_str(), d["choice"].as_str()),
+        (Some("tcp"), Some("cubic"), Some("bbr"))
+    );
+    let s = records
+        .iter()
+        .find(|r| r["event"] == "cc_switch" && r["outcome"] == "switched")
+        .unwrap();
+    assert_eq!(
+        (s["from"].as_str(), s["to"].as_str(), s["mode"].as_str()),
+        (Some("cubic"), Some("bbr"), Some("kernel"))
+    );
 }

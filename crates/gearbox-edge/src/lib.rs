@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub mod config;
+pub mod floo;
 pub mod h3_ack;
 pub mod live;
 pub mod metrics;
@@ -341,6 +342,10 @@ impl Edge {
         } = self;
         let tcp_task = tokio::spawn(tcp::accept_loop(shared.clone(), tcp, cancel.clone()));
         let quic_task = tokio::spawn(quic::accept_loop(shared.clone(), quic.clone(), cancel.clone()));
+        let floo_task = shared
+            .gears
+            .take_period_gear()
+            .map(|pg| tokio::spawn(floo::run(shared.clone(), pg, cancel.clone())));
         let admin_task = admin.map(|a| {
             tokio::spawn(admin::serve(
                 shared.metrics.clone(),
@@ -354,6 +359,9 @@ impl Edge {
         cancel.cancel();
         let _ = tcp_task.await;
         let _ = quic_task.await;
+        if let Some(t) = floo_task {
+            let _ = t.await;
+        }
         shared.tracker.close();
         if tokio::time::timeout(SHUTDOWN_GRACE, shared.tracker.wait())
             .await

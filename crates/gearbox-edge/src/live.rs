@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gearbox_cc::{Cca, ControllerStatus, QuicCc, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, TcpCcHandle};
@@ -87,6 +88,67 @@ struct Entry {
     client_addr: SocketAddr,
     transport: Transport,
     control: CcControl,
+    app: Arc<AppCounters>,
+}
+
+/// A connection's application-level counters: the part of Floo's Monitor (§3.2, Table 2
+/// "App-level") that only the server application sees. The HTTP/3 path counts into
+/// them; the Floo loop reads and resets them every selection period.
+#[derive(Debug, Default)]
+pub struct AppCounters {
+    /// Response bytes generated but not yet accepted by QUIC's send buffer
+    /// (`Unsent_size`).
+    unsent: AtomicU64,
+    /// Waits (Qws, ms) of the responses whose last byte entered the send buffer since
+    /// the last read.
+    waits: Mutex<Vec<f64>>,
+}
+
+impl AppCounters {
+    /// A response of `bytes` was generated and waits to be written.
+    pub fn generated(&self, bytes: u64) {
+        self.unsent.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `bytes` of a generated response entered the send buffer.
+    pub fn written(&self, bytes: u64) {
+        let _ = self
+            .unsent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(bytes)));
+    }
+
+    /// A response's last byte entered the send buffer `wait` after it was generated.
+    pub fn finished(&self, wait: std::time::Duration) {
+        lock(&self.waits).push(wait.as_secs_f64() * 1e3);
+    }
+
+    /// Unsent bytes now and the waits since the previous call.
+    pub fn take(&self) -> (u64, Vec<f64>) {
+        (
+            self.unsent.load(Ordering::Relaxed),
+            std::mem::take(&mut *lock(&self.waits)),
+        )
+    }
+}
+
+/// What the Floo loop reads of one live connection every selection period.
+pub(crate) enum PeriodView {
+    /// A QUIC connection on one of the suite's controllers, with its status.
+    Quic {
+        conn_id: u64,
+        status: ControllerStatus,
+        app: Arc<AppCounters>,
+    },
+    /// A kernel TCP connection: its socket, read with `TCP_INFO`.
+    Tcp { conn_id: u64, handle: TcpCcHandle },
+}
+
+impl PeriodView {
+    pub(crate) fn conn_id(&self) -> u64 {
+        match self {
+            PeriodView::Quic { conn_id, .. } | PeriodView::Tcp { conn_id, .. } => *conn_id,
+        }
+    }
 }
 
 /// The record a switch leaves in the edge's telemetry.
@@ -184,18 +246,41 @@ impl LiveConnections {
                 });
             });
         }
+        let app = Arc::new(AppCounters::default());
         lock(&self.conns).insert(
             conn_id,
             Entry {
                 client_addr,
                 transport,
                 control,
+                app: app.clone(),
             },
         );
         LiveGuard {
             live: self.clone(),
             conn_id,
+            app,
         }
+    }
+
+    /// Every live connection a period gear can act on: QUIC on one of the suite's
+    /// controllers with a status (an ACK seen), and kernel TCP.
+    pub(crate) fn period_views(&self) -> Vec<PeriodView> {
+        lock(&self.conns)
+            .iter()
+            .filter_map(|(&conn_id, e)| match &e.control {
+                CcControl::Quic(h) => h.status().map(|status| PeriodView::Quic {
+                    conn_id,
+                    status,
+                    app: e.app.clone(),
+                }),
+                CcControl::Tcp(handle) => Some(PeriodView::Tcp {
+                    conn_id,
+                    handle: handle.clone(),
+                }),
+                CcControl::QuinnBuiltIn(_) => None,
+            })
+            .collect()
     }
 
     /// Asks connection `conn_id` to run `to`. A QUIC controller acts at its next
@@ -309,6 +394,14 @@ impl LiveConnections {
 pub(crate) struct LiveGuard {
     live: Arc<LiveConnections>,
     conn_id: u64,
+    app: Arc<AppCounters>,
+}
+
+impl LiveGuard {
+    /// The connection's application counters.
+    pub(crate) fn app(&self) -> Arc<AppCounters> {
+        self.app.clone()
+    }
 }
 
 impl Drop for LiveGuard {

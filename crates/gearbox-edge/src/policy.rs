@@ -36,6 +36,9 @@ pub struct ConnectionGears {
     /// The QUIC controller that runs a gear's algorithm when it is the configured one
     /// (so `--cc quinn-cubic` keeps quinn's Cubic); other algorithms run the suite's.
     quic_default: QuicCc,
+    /// The gear asked every selection period (Floo), taken by the edge when it starts
+    /// serving.
+    period: Mutex<Option<crate::floo::PeriodGear>>,
 }
 
 impl ConnectionGears {
@@ -46,6 +49,7 @@ impl ConnectionGears {
             cca: Mutex::new(cca),
             initial_window: Mutex::new(initial_window),
             quic_default: QuicCc::CUBIC,
+            period: Mutex::new(None),
         }
     }
 
@@ -62,6 +66,16 @@ impl ConnectionGears {
         );
         gears.quic_default = config.cc;
         gears
+    }
+
+    /// Sets the gear the edge asks every selection period for each live QUIC connection
+    /// (Floo; crate::floo).
+    pub fn set_period_gear(&mut self, gear: crate::floo::PeriodGear) {
+        self.period = Mutex::new(Some(gear));
+    }
+
+    pub(crate) fn take_period_gear(&self) -> Option<crate::floo::PeriodGear> {
+        self.period.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Replaces the initial-window gear (TCP WISE's table, given at start).

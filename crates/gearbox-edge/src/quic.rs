@@ -14,7 +14,8 @@ use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::h3_ack::{AckConnection, AckOutcome, AckWatch, Bidi};
-use crate::service::{respond, RequestBody};
+use crate::live::AppCounters;
+use crate::service::{respond, EdgeBody, RequestBody};
 use crate::Shared;
 
 /// Longest wait for the client to acknowledge a response's last byte.
@@ -33,6 +34,8 @@ struct Conn {
     watch: AckWatch,
     /// The connection's initial window and where it came from (TCP WISE's record).
     iw: Option<IwChoice>,
+    /// Application-level counters for Floo's Monitor.
+    app: Arc<AppCounters>,
 }
 
 fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
@@ -98,8 +101,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
                 let cancel2 = cancel.clone();
                 let cc = choice.cc.name().to_string();
                 let live = shared.live.register(id, peer, Transport::Quic, control);
+                let app = live.app();
                 shared.tracker.spawn(async move {
-                    connection(shared2, connecting, id, peer, cc, iw, cancel2).await;
+                    connection(shared2, connecting, id, peer, cc, iw, app, cancel2).await;
                     drop(live);
                 });
             }
@@ -112,6 +116,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint, 
     endpoint.set_server_config(None);
 }
 
+#[allow(clippy::too_many_arguments)] // one per piece of the accept's outcome
 async fn connection(
     shared: Arc<Shared>,
     connecting: quinn::Connecting,
@@ -119,6 +124,7 @@ async fn connection(
     peer: SocketAddr,
     cc: String,
     iw: Option<IwChoice>,
+    app: Arc<AppCounters>,
     cancel: CancellationToken,
 ) {
     let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
@@ -156,6 +162,7 @@ async fn connection(
         cc,
         watch,
         iw,
+        app,
     });
     // Requests of this connection, so that a shutdown closes it only once they are done.
     let requests = tokio_util::task::TaskTracker::new();
@@ -240,6 +247,32 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, mut stream: H3Stream) 
     }
 }
 
+/// Sends the response head and body, adding the body bytes written to `bytes`; returns
+/// when the first body byte could go. Counts each written chunk out of `app`'s unsent
+/// bytes when the size was known (and so counted in).
+async fn send_body(
+    stream: &mut H3Stream,
+    head: http::response::Parts,
+    payload: &mut EdgeBody,
+    app: &AppCounters,
+    counted: bool,
+    bytes: &mut u64,
+) -> Result<Instant, Box<dyn std::error::Error + Send + Sync>> {
+    stream.send_response(http::Response::from_parts(head, ())).await?;
+    let first_byte = Instant::now();
+    while let Some(frame) = payload.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            let n = data.len() as u64;
+            stream.send_data(data).await?;
+            *bytes += n;
+            if counted {
+                app.written(n);
+            }
+        }
+    }
+    Ok(first_byte)
+}
+
 /// Reads the request body, answers, and waits for the acknowledgement of the last byte.
 async fn serve(
     conn: &Conn,
@@ -269,16 +302,21 @@ async fn serve(
             .or_insert_with(|| http::HeaderValue::from(n));
     }
     let status = head.status.as_u16();
-    stream.send_response(http::Response::from_parts(head, ())).await?;
-    let first_byte = Instant::now();
+    // Floo's app-level monitor (Table 2): the response is generated now; it waits (Qws)
+    // until its last byte is in QUIC's send buffer, and counts as unsent until then.
+    let generated = Instant::now();
+    let known = http_body::Body::size_hint(&payload).exact();
+    conn.app.generated(known.unwrap_or(0));
     let mut bytes = 0u64;
-    while let Some(frame) = payload.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            bytes += data.len() as u64;
-            stream.send_data(data).await?;
-        }
+    let sent = send_body(stream, head, &mut payload, &conn.app, known.is_some(), &mut bytes).await;
+    if let Some(n) = known {
+        // What a failed or short body left counted in.
+        conn.app.written(n.saturating_sub(bytes));
     }
+    let first_byte = sent?;
+    conn.app.finished(generated.elapsed());
     let acked = conn.watch.watch(stream.send_id());
+    // (`send_body` has written every byte: the stream is finished below.)
     stream.finish().await?;
     let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked)
         .await

@@ -7,8 +7,12 @@
 //!
 //! - [`transport`]: TCP or QUIC per request on the client — WiseTrans v1
 //!   and v2, with the static, strawman and Chromium-race baselines.
+//! - [`floo`]: the congestion controller per connection, every selection period on
+//!   the edge — Floo's Monitor state, the trained Selector and the static and random
+//!   baselines.
 //! - [`tcpwise`]: the initial window per client cluster and hour on the edge — TCP
 //!   WISE's Cwnd Table and its A/B draw.
 
+pub mod floo;
 pub mod tcpwise;
 pub mod transport;

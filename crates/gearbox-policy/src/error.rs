@@ -121,4 +121,10 @@ pub enum EvalError {
     /// The feature row was built by a different model (another feature layout).
     #[error("feature row was built for a model with a different feature layout")]
     ForeignRow,
+    /// A class was asked of a model that has none (regression).
+    #[error("the model is a regression ({objective}), it has no classes")]
+    NotAClassifier {
+        /// The model's objective.
+        objective: &'static str,
+    },
 }

@@ -14,9 +14,12 @@
 //! and one small dense network: a scikit-learn `MLPClassifier` with a logistic
 //! output, exported by `python/gearbox/models/mlp_to_json.py` in our own JSON
 //! format (`"format": "gearbox-mlp"`, [`mlp`]) — the 128-64 MLP that WiseTrans
-//! §IV-E2 compares with XGBoost as the network monitor. It is hand-written
-//! (two dense layers, ~9k multiply-adds in `f64`) rather than run by tract,
-//! which would need an ONNX export step (`skl2onnx`, not among our dependencies).
+//! §IV-E2 compares with XGBoost as the network monitor — and Floo's actor (Floo
+//! §3.3, Appendix D: 200 Leaky ReLU units, a softmax over the controllers,
+//! objective `multi:softprob`; [`Model::predict_class`] gives the greedy
+//! choice). It is hand-written (a few dense layers in `f64`) rather than run by
+//! tract, which would need an ONNX export step (`skl2onnx`, not among our
+//! dependencies).
 //!
 //! Every model comes with a sidecar, `m.meta.json` ([`ModelMeta`]): feature
 //! names and order, optional standardisation, objective, class labels, model
@@ -64,6 +67,6 @@ pub mod xgboost_json;
 pub use ensemble::TreeEnsemble;
 pub use error::{EvalError, FormatError, ModelError};
 pub use meta::{sha256_file, FeatureSpec, ModelMeta, TrainingData, META_FORMAT_VERSION};
-pub use mlp::{Activation, Mlp, ParsedMlp, MLP_FORMAT};
+pub use mlp::{Activation, Mlp, Output, ParsedMlp, MLP_FORMAT};
 pub use model::{FeatureRow, Model, ModelOrFallback};
 pub use xgboost_json::{Objective, ParsedModel, FOREST_PROBA};

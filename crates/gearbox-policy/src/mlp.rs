@@ -22,7 +22,8 @@
 //! `predict_proba` is the row's rounding to `f32` (the shipped test vector
 //! agrees to about 1e-7). Speed hardly matters: 7 -> 128 -> 64 -> 1 is ~9k
 //! multiply-adds once per score update: 2.0 µs p50 for the shipped `mlp-tcp.json`
-//! (`decision_bench`, docs/wisetrans.md "Decision cost").
+//! (`decision_bench`, docs/wisetrans.md "Decision cost"); Floo's 16 -> 200 -> 4
+//! actor takes ~1.0 µs per decision (`mlp_bench`, docs/models.md "Speed").
 //!
 //! **Why by hand and not tract** (docs/architecture.md "Choices made" keeps tract
 //! out for trees too): tract reads ONNX or NNEF, and scikit-learn writes
@@ -31,17 +32,28 @@
 //! layers are ~100 lines here, and a JSON of `coefs_` needs no conversion
 //! library to write or to audit.
 //!
-//! **Objective.** The output is one logistic unit, P(class 1): exactly the
+//! A second model uses the format: Floo's actor (Floo §3.3 and Appendix D: one
+//! hidden layer of 200 units with Leaky ReLU, a softmax over the congestion
+//! controllers), exported by `python/gearbox/floo/export.py` from a flax
+//! network. For it the format has the `leaky_relu` activation, whose negative
+//! slope the file states (`negative_slope`; flax's default is 0.01), and a
+//! `softmax` output of `num_class` units.
+//!
+//! **Objective.** A `logistic` output is one unit, P(class 1): exactly the
 //! contract of [`Objective::BinaryLogistic`], which is what [`Mlp::objective`]
-//! reports and what the sidecar must say (`"binary:logistic"`). Rejected: a new
-//! objective name such as `gearbox:mlp_logistic`, which would make every
-//! consumer that asks "is this a binary classifier?" (the WiseTrans monitor)
-//! learn a second name for the same thing. Which evaluator a model needs is
-//! the model file's business (`format`), not the objective's.
+//! reports and what the sidecar must say (`"binary:logistic"`). A `softmax`
+//! output of K units is [`Objective::MultiSoftprob`] with `num_class` K, XGBoost's
+//! name for "one probability per class" (`"multi:softprob"` in the sidecar), so
+//! a multi-class network and a multi-class booster are fed and read alike.
+//! Rejected: new objective names such as `gearbox:mlp_logistic`, which would
+//! make every consumer that asks "is this a binary classifier?" (the WiseTrans
+//! monitor) learn a second name for the same thing. Which evaluator a model
+//! needs is the model file's business (`format`), not the objective's.
 //!
 //! Nothing panics on bad input: [`ParsedMlp::from_slice`] refuses wrong
-//! lengths, layer sizes that do not chain, non-finite numbers and unknown
-//! fields with a [`FormatError`] naming the field.
+//! lengths, layer sizes that do not chain, an output layer whose width is not
+//! the output's (`num_class`), non-finite numbers and unknown fields with a
+//! [`FormatError`] naming the field.
 
 use std::cell::RefCell;
 
@@ -66,8 +78,9 @@ thread_local! {
     static WIDE: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The hidden layers' activation (scikit-learn's `activation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The hidden layers' activation (scikit-learn's `activation` names, plus
+/// `leaky_relu`).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     /// `max(0, x)` (scikit-learn's default).
     Relu,
@@ -77,6 +90,12 @@ pub enum Activation {
     Logistic,
     /// `x`.
     Identity,
+    /// `x` for `x >= 0`, `negative_slope * x` below (flax's `nn.leaky_relu`,
+    /// default slope 0.01; Floo Appendix D's hidden layers).
+    LeakyRelu {
+        /// The factor applied to negative inputs (the file's `negative_slope`).
+        negative_slope: f64,
+    },
 }
 
 impl Activation {
@@ -87,18 +106,43 @@ impl Activation {
             Activation::Tanh => "tanh",
             Activation::Logistic => "logistic",
             Activation::Identity => "identity",
+            Activation::LeakyRelu { .. } => "leaky_relu",
         }
     }
 
-    fn parse(name: &str) -> Result<Self, FormatError> {
-        match name {
-            "relu" => Ok(Activation::Relu),
-            "tanh" => Ok(Activation::Tanh),
-            "logistic" => Ok(Activation::Logistic),
-            "identity" => Ok(Activation::Identity),
-            other => Err(FormatError::Unsupported(format!(
-                "activation {other:?} (supported: relu, tanh, logistic, identity)"
-            ))),
+    /// The activation named `name`; `negative_slope` is required for
+    /// `leaky_relu` and refused for the others (so a slope is never silently
+    /// ignored, nor silently defaulted).
+    fn parse(name: &str, negative_slope: Option<f64>) -> Result<Self, FormatError> {
+        let activation = match name {
+            "relu" => Activation::Relu,
+            "tanh" => Activation::Tanh,
+            "logistic" => Activation::Logistic,
+            "identity" => Activation::Identity,
+            "leaky_relu" => {
+                let Some(negative_slope) = negative_slope else {
+                    return Err(FormatError::invalid(
+                        "negative_slope",
+                        "missing: activation \"leaky_relu\" needs its negative slope (flax's default is 0.01)",
+                    ));
+                };
+                if !negative_slope.is_finite() {
+                    return Err(FormatError::invalid("negative_slope", "not a finite number"));
+                }
+                return Ok(Activation::LeakyRelu { negative_slope });
+            }
+            other => {
+                return Err(FormatError::Unsupported(format!(
+                    "activation {other:?} (supported: relu, tanh, logistic, identity, leaky_relu)"
+                )))
+            }
+        };
+        match negative_slope {
+            Some(_) => Err(FormatError::invalid(
+                "negative_slope",
+                format!("given, but activation {name:?} has no negative slope (only leaky_relu does)"),
+            )),
+            None => Ok(activation),
         }
     }
 
@@ -108,6 +152,75 @@ impl Activation {
             Activation::Tanh => values.iter_mut().for_each(|v| *v = v.tanh()),
             Activation::Logistic => values.iter_mut().for_each(|v| *v = sigmoid(*v)),
             Activation::Identity => {}
+            Activation::LeakyRelu { negative_slope } => values
+                .iter_mut()
+                .for_each(|v| *v = if *v >= 0.0 { *v } else { negative_slope * *v }),
+        }
+    }
+}
+
+/// What the last layer's units mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// One unit, its logistic function P(class 1) ([`Objective::BinaryLogistic`]).
+    Logistic,
+    /// `num_class` units, their softmax one probability per class
+    /// ([`Objective::MultiSoftprob`]).
+    Softmax {
+        /// Classes (units of the last layer), at least 2.
+        num_class: usize,
+    },
+}
+
+impl Output {
+    /// The name used in the file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Output::Logistic => "logistic",
+            Output::Softmax { .. } => "softmax",
+        }
+    }
+
+    /// Units of the last layer.
+    pub fn units(&self) -> usize {
+        match self {
+            Output::Logistic => 1,
+            Output::Softmax { num_class } => *num_class,
+        }
+    }
+
+    /// The objective this output fulfils.
+    pub fn objective(&self) -> Objective {
+        match self {
+            Output::Logistic => Objective::BinaryLogistic,
+            Output::Softmax { num_class } => Objective::MultiSoftprob { num_class: *num_class },
+        }
+    }
+
+    /// The output named `name`; `num_class` is required for `softmax` and
+    /// refused for `logistic`.
+    fn parse(name: &str, num_class: Option<u64>) -> Result<Self, FormatError> {
+        match (name, num_class) {
+            ("logistic", None) => Ok(Output::Logistic),
+            ("logistic", Some(n)) => Err(FormatError::invalid(
+                "num_class",
+                format!("{n} given, but the logistic output is one unit, P(class 1); use \"softmax\" for classes"),
+            )),
+            ("softmax", None) => Err(FormatError::invalid(
+                "num_class",
+                "missing: output \"softmax\" needs the number of classes",
+            )),
+            ("softmax", Some(n)) if n < 2 => Err(FormatError::invalid(
+                "num_class",
+                format!("softmax needs at least 2 classes, got {n}"),
+            )),
+            ("softmax", Some(n)) => match usize::try_from(n) {
+                Ok(num_class) => Ok(Output::Softmax { num_class }),
+                Err(_) => Err(FormatError::invalid("num_class", format!("{n} is too large"))),
+            },
+            (other, _) => Err(FormatError::Unsupported(format!(
+                "output {other:?} (supported: logistic, one unit giving P(class 1); softmax, num_class units)"
+            ))),
         }
     }
 }
@@ -123,7 +236,13 @@ struct Doc {
     format: String,
     format_version: u32,
     activation: String,
+    /// Required with `leaky_relu`, refused otherwise.
+    #[serde(default)]
+    negative_slope: Option<f64>,
     output: String,
+    /// Required with `softmax`, refused otherwise.
+    #[serde(default)]
+    num_class: Option<u64>,
     #[serde(default)]
     feature_names: Vec<String>,
     impute: Vec<f64>,
@@ -213,6 +332,7 @@ impl DenseLayer {
 #[derive(Debug, Clone)]
 pub struct ParsedMlp {
     activation: Activation,
+    output: Output,
     feature_names: Vec<String>,
     impute: Vec<f64>,
     layers: Vec<DenseLayer>,
@@ -245,14 +365,20 @@ impl ParsedMlp {
         &self.impute
     }
 
-    /// The layers, input first; the last is the output unit.
+    /// The layers, input first; the last is the output layer.
     pub fn layers(&self) -> &[DenseLayer] {
         &self.layers
     }
 
-    /// What the output means: always one logistic unit, P(class 1).
+    /// What the last layer's units mean.
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
+    /// What the output means: [`Objective::BinaryLogistic`] for a logistic
+    /// output, [`Objective::MultiSoftprob`] for a softmax.
     pub fn objective(&self) -> Objective {
-        Objective::BinaryLogistic
+        self.output.objective()
     }
 }
 
@@ -270,13 +396,8 @@ impl Doc {
                 self.format_version
             )));
         }
-        let activation = Activation::parse(&self.activation)?;
-        if self.output != "logistic" {
-            return Err(FormatError::Unsupported(format!(
-                "output {:?} (supported: logistic, one unit giving P(class 1))",
-                self.output
-            )));
-        }
+        let activation = Activation::parse(&self.activation, self.negative_slope)?;
+        let output = Output::parse(&self.output, self.num_class)?;
         if self.impute.is_empty() {
             return Err(FormatError::invalid("impute", "no inputs"));
         }
@@ -326,10 +447,15 @@ impl Doc {
                 finite(&field, row)?;
                 weights.extend_from_slice(row);
             }
-            if l == last && outputs != 1 {
+            if l == last && outputs != output.units() {
                 return Err(FormatError::invalid(
                     format!("layers[{l}].bias"),
-                    format!("the logistic output is one unit, found {outputs}"),
+                    match output {
+                        Output::Logistic => format!("the logistic output is one unit, found {outputs}"),
+                        Output::Softmax { num_class } => {
+                            format!("the softmax output has num_class = {num_class} units, found {outputs}")
+                        }
+                    },
                 ));
             }
             layers.push(DenseLayer {
@@ -342,6 +468,7 @@ impl Doc {
         }
         Ok(ParsedMlp {
             activation,
+            output,
             feature_names: self.feature_names,
             impute: self.impute,
             layers,
@@ -360,6 +487,7 @@ fn finite(field: &str, values: &[f64]) -> Result<(), FormatError> {
 #[derive(Debug, Clone)]
 pub struct Mlp {
     activation: Activation,
+    output: Output,
     /// Per input, the model-space value (standardised training median) for NaN.
     impute: Vec<f64>,
     layers: Vec<DenseLayer>,
@@ -388,6 +516,7 @@ impl Mlp {
             .fold(parsed.impute.len(), usize::max);
         Mlp {
             activation: parsed.activation,
+            output: parsed.output,
             impute,
             layers: parsed.layers.clone(),
             width,
@@ -399,9 +528,15 @@ impl Mlp {
         Ok(Self::new(&ParsedMlp::from_slice(bytes)?, &[]))
     }
 
-    /// The output's meaning: [`Objective::BinaryLogistic`].
+    /// The output's meaning: [`Objective::BinaryLogistic`] (logistic output) or
+    /// [`Objective::MultiSoftprob`] (softmax output).
     pub fn objective(&self) -> Objective {
-        Objective::BinaryLogistic
+        self.output.objective()
+    }
+
+    /// What the last layer's units mean.
+    pub fn output(&self) -> Output {
+        self.output
     }
 
     /// Values a row must have.
@@ -409,9 +544,10 @@ impl Mlp {
         self.impute.len()
     }
 
-    /// Values a prediction has (1).
+    /// Values a prediction has: 1 for a logistic output, `num_class` for a
+    /// softmax.
     pub fn num_outputs(&self) -> usize {
-        1
+        self.output.units()
     }
 
     /// The hidden layers' activation.
@@ -419,61 +555,93 @@ impl Mlp {
         self.activation
     }
 
-    /// Units per layer, input size first: `[7, 128, 64, 1]` for §IV-E2's network.
+    /// Units per layer, input size first: `[7, 128, 64, 1]` for WiseTrans
+    /// §IV-E2's network, `[16, 200, 4]` for Floo's actor.
     pub fn layer_sizes(&self) -> Vec<usize> {
         std::iter::once(self.impute.len())
             .chain(self.layers.iter().map(|l| l.outputs))
             .collect()
     }
 
-    /// P(class 1) for one row in model order and scale (NaN = missing, takes
-    /// the training median). `out` has one slot. Does not allocate for layers
+    /// The prediction for one row in model order and scale (NaN = missing,
+    /// takes the training median): P(class 1) for a logistic output, one
+    /// probability per class (summing to 1) for a softmax. `out` has
+    /// [`num_outputs`](Self::num_outputs) slots. Does not allocate for layers
     /// up to [`STACK_WIDTH`] wide. A `±inf` input is used as it is and may give
     /// NaN, which callers treat as no prediction.
     pub fn predict(&self, row: &[f32], out: &mut [f32]) -> Result<(), EvalError> {
-        let margin = self.margin(row, out)?;
-        out[0] = sigmoid(margin) as f32;
-        Ok(())
+        self.check_out(out)?;
+        let output = self.output;
+        self.evaluate(row, |z| match output {
+            Output::Logistic => out[0] = sigmoid(z[0]) as f32,
+            Output::Softmax { .. } => {
+                // Shifted by the largest logit so exp never overflows.
+                let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                z.iter_mut().for_each(|v| *v = (*v - top).exp());
+                let sum: f64 = z.iter().sum();
+                out.iter_mut().zip(z.iter()).for_each(|(o, v)| *o = (v / sum) as f32);
+            }
+        })
     }
 
-    /// The output unit before the logistic function (the log-odds).
+    /// The output units before the logistic function or the softmax: the
+    /// log-odds, or one logit per class.
     pub fn predict_margin(&self, row: &[f32], out: &mut [f32]) -> Result<(), EvalError> {
-        let margin = self.margin(row, out)?;
-        out[0] = margin as f32;
+        self.check_out(out)?;
+        self.evaluate(row, |z| out.iter_mut().zip(z.iter()).for_each(|(o, v)| *o = *v as f32))
+    }
+
+    /// The most likely class for one row: the index of the largest logit of a
+    /// softmax (the first one on a tie, like `numpy.argmax`), or `1` if
+    /// P(class 1) > 0.5 for a logistic output. Compared in `f64` before any
+    /// rounding, so it is the greedy action of the network the file holds.
+    /// A row giving NaN logits answers class 0.
+    pub fn predict_class(&self, row: &[f32]) -> Result<usize, EvalError> {
+        let output = self.output;
+        self.evaluate(row, |z| match output {
+            Output::Logistic => usize::from(z[0] > 0.0),
+            Output::Softmax { .. } => argmax(z),
+        })
+    }
+
+    fn check_out(&self, out: &[f32]) -> Result<(), EvalError> {
+        let expected = self.output.units();
+        if out.len() != expected {
+            return Err(EvalError::OutputLength {
+                expected,
+                got: out.len(),
+            });
+        }
         Ok(())
     }
 
-    fn margin(&self, row: &[f32], out: &[f32]) -> Result<f64, EvalError> {
+    /// Run the network on `row` and hand the last layer's values (before the
+    /// output function) to `finish`.
+    fn evaluate<R>(&self, row: &[f32], finish: impl FnOnce(&mut [f64]) -> R) -> Result<R, EvalError> {
         if row.len() != self.impute.len() {
             return Err(EvalError::RowLength {
                 expected: self.impute.len(),
                 got: row.len(),
             });
         }
-        if out.len() != 1 {
-            return Err(EvalError::OutputLength {
-                expected: 1,
-                got: out.len(),
-            });
-        }
         if self.width <= STACK_WIDTH {
             let mut scratch = [0f64; 2 * STACK_WIDTH];
-            Ok(self.forward(row, &mut scratch))
+            Ok(finish(self.forward(row, &mut scratch)))
         } else {
             Ok(WIDE.with(|buffer| match buffer.try_borrow_mut() {
                 Ok(mut scratch) => {
                     scratch.resize(2 * self.width, 0.0);
-                    self.forward(row, &mut scratch)
+                    finish(self.forward(row, &mut scratch))
                 }
                 // Only reachable by re-entry, which the forward pass never does.
-                Err(_) => self.forward(row, &mut vec![0.0; 2 * self.width]),
+                Err(_) => finish(self.forward(row, &mut vec![0.0; 2 * self.width])),
             }))
         }
     }
 
     /// The network on `row`, using `scratch` (at least `2 * width`) for two
-    /// alternating activation vectors.
-    fn forward(&self, row: &[f32], scratch: &mut [f64]) -> f64 {
+    /// alternating activation vectors; returns the last layer's values.
+    fn forward<'s>(&self, row: &[f32], scratch: &'s mut [f64]) -> &'s mut [f64] {
         let (mut a, mut b) = scratch.split_at_mut(scratch.len() / 2);
         for ((slot, &x), &median) in a.iter_mut().zip(row).zip(&self.impute) {
             *slot = if x.is_nan() { median } else { f64::from(x) };
@@ -489,8 +657,19 @@ impl Mlp {
             width = layer.outputs;
             std::mem::swap(&mut a, &mut b);
         }
-        a[0]
+        &mut a[..width]
     }
+}
+
+/// Index of the largest value, the first on a tie; NaN never wins (0 if all are NaN).
+fn argmax(values: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] || (values[best].is_nan() && !v.is_nan()) {
+            best = i;
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -546,6 +725,126 @@ mod tests {
                 assert!((f64::from(out[0]) - sigmoid(want)).abs() < 1e-7, "{name} {x:?}");
             }
         }
+    }
+
+    #[test]
+    fn leaky_relu_scales_negative_inputs_by_the_stated_slope() {
+        let mut leaky = doc("leaky_relu");
+        leaky["negative_slope"] = json!(0.01);
+        let mlp = Mlp::from_json_slice(&serde_json::to_vec(&leaky).unwrap()).unwrap();
+        assert_eq!(mlp.activation(), Activation::LeakyRelu { negative_slope: 0.01 });
+        let f = |v: f64| if v >= 0.0 { v } else { 0.01 * v };
+        for x in [[0.5f32, -1.5], [-2.0, 0.25], [3.0, 1.0]] {
+            let want = reference(f, [f64::from(x[0]), f64::from(x[1])]);
+            let mut out = [0f32];
+            mlp.predict_margin(&x, &mut out).unwrap();
+            assert!((f64::from(out[0]) - want).abs() < 1e-6, "{x:?}: {} vs {want}", out[0]);
+        }
+        // Slope 0 is ReLU: the same network gives ReLU's margins.
+        leaky["negative_slope"] = json!(0.0);
+        let zero = Mlp::from_json_slice(&serde_json::to_vec(&leaky).unwrap()).unwrap();
+        let relu = Mlp::from_json_slice(&serde_json::to_vec(&doc("relu")).unwrap()).unwrap();
+        let (mut a, mut b) = ([0f32], [0f32]);
+        zero.predict_margin(&[-2.0, 0.25], &mut a).unwrap();
+        relu.predict_margin(&[-2.0, 0.25], &mut b).unwrap();
+        assert_eq!(a, b);
+    }
+
+    /// `doc`'s hidden layer with a 3-class softmax on top.
+    fn softmax_doc() -> serde_json::Value {
+        let mut d = doc("tanh");
+        d["output"] = json!("softmax");
+        d["num_class"] = json!(3);
+        d["layers"][1] = json!({
+            "weights": [[1.0, 0.0, -1.0], [0.5, 2.0, 0.0], [-2.0, 1.0, 0.5]],
+            "bias": [0.3, -0.1, 0.0],
+        });
+        d
+    }
+
+    #[test]
+    fn a_softmax_output_gives_one_probability_per_class_and_the_argmax() {
+        let mlp = Mlp::from_json_slice(&serde_json::to_vec(&softmax_doc()).unwrap()).unwrap();
+        assert_eq!(mlp.num_outputs(), 3);
+        assert_eq!(mlp.objective(), Objective::MultiSoftprob { num_class: 3 });
+        assert_eq!(mlp.layer_sizes(), [2, 3, 3]);
+        for x in [[0.5f32, -1.5], [-2.0, 0.25], [3.0, 1.0], [0.0, 0.0]] {
+            let (x0, x1) = (f64::from(x[0]), f64::from(x[1]));
+            let h = [
+                (0.1 + x0).tanh(),
+                (-0.2 - x0 + 2.0 * x1).tanh(),
+                (0.5 * x0 - 0.25 * x1).tanh(),
+            ];
+            let z = [
+                0.3 + h[0] + 0.5 * h[1] - 2.0 * h[2],
+                -0.1 + 2.0 * h[1] + h[2],
+                -h[0] + 0.5 * h[2],
+            ];
+            let sum: f64 = z.iter().map(|v| v.exp()).sum();
+            let (mut p, mut logits) = ([0f32; 3], [0f32; 3]);
+            mlp.predict(&x, &mut p).unwrap();
+            mlp.predict_margin(&x, &mut logits).unwrap();
+            for k in 0..3 {
+                assert!((f64::from(logits[k]) - z[k]).abs() < 1e-6, "{x:?} logit {k}");
+                assert!((f64::from(p[k]) - z[k].exp() / sum).abs() < 1e-7, "{x:?} p {k}");
+            }
+            assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+            let best = (0..3).fold(0, |b, k| if z[k] > z[b] { k } else { b });
+            assert_eq!(mlp.predict_class(&x).unwrap(), best, "{x:?}");
+        }
+        // Huge logits do not overflow exp.
+        let mut big = softmax_doc();
+        big["layers"][1]["bias"] = json!([1000.0, 999.0, -1000.0]);
+        let mlp = Mlp::from_json_slice(&serde_json::to_vec(&big).unwrap()).unwrap();
+        let mut p = [0f32; 3];
+        mlp.predict(&[0.0, 0.0], &mut p).unwrap();
+        assert!(p.iter().all(|v| v.is_finite()) && p[0] > p[1] && p[2] == 0.0, "{p:?}");
+        assert_eq!(mlp.predict_class(&[0.0, 0.0]).unwrap(), 0);
+        // The output buffer must have num_class slots.
+        assert_eq!(
+            mlp.predict(&[0.0, 0.0], &mut [0f32; 1]),
+            Err(EvalError::OutputLength { expected: 3, got: 1 })
+        );
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_equals_and_skips_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+        assert_eq!(argmax(&[f64::NAN, 2.0, 1.0]), 1);
+        assert_eq!(argmax(&[f64::NAN, f64::NAN]), 0);
+    }
+
+    #[test]
+    fn output_and_activation_fields_are_checked_against_each_other() {
+        let refuse = |d: serde_json::Value, want: &str| {
+            let err = ParsedMlp::from_slice(&serde_json::to_vec(&d).unwrap()).unwrap_err();
+            assert!(err.to_string().contains(want), "{err} lacks {want:?}");
+        };
+        let mut d = softmax_doc();
+        d["num_class"] = json!(4);
+        refuse(d, "layers[1].bias: the softmax output has num_class = 4 units, found 3");
+        let mut d = softmax_doc();
+        d.as_object_mut().unwrap().remove("num_class");
+        refuse(d, "num_class: missing");
+        let mut d = softmax_doc();
+        d["num_class"] = json!(1);
+        refuse(d, "num_class: softmax needs at least 2 classes, got 1");
+        let mut d = doc("relu");
+        d["num_class"] = json!(2);
+        refuse(d, "num_class: 2 given, but the logistic output is one unit");
+        refuse(doc("leaky_relu"), "negative_slope: missing");
+        let mut d = doc("relu");
+        d["negative_slope"] = json!(0.01);
+        refuse(d, "negative_slope: given, but activation \"relu\"");
+        let mut d = doc("tanh");
+        d["output"] = json!("identity");
+        refuse(d, "output \"identity\"");
+        // JSON has no infinity; an overflowing number is refused by the parser.
+        let mut d = doc("leaky_relu");
+        d["negative_slope"] = json!(0.123);
+        let text = serde_json::to_string(&d).unwrap().replace("0.123", "1e999");
+        assert!(text.contains("1e999"));
+        assert!(ParsedMlp::from_slice(text.as_bytes()).is_err());
     }
 
     #[test]

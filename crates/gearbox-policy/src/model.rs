@@ -4,9 +4,12 @@
 //! A [`Model`] is a tree ensemble or a dense network ([`crate::Mlp`]), chosen by
 //! the model file's content (a top-level `"format": "gearbox-mlp"` means a
 //! network). Both kinds sit behind one API: the same sidecar, the same
-//! [`FeatureRow`]s, [`Model::predict`] and [`Model::objective`]. A network
-//! reports [`Objective::BinaryLogistic`], so a gear that needs "P(class 1)"
-//! (the WiseTrans monitor) takes either kind without knowing which it has.
+//! [`FeatureRow`]s, [`Model::predict`] and [`Model::objective`]. A network with
+//! a logistic output reports [`Objective::BinaryLogistic`], so a gear that
+//! needs "P(class 1)" (the WiseTrans monitor) takes either kind without knowing
+//! which it has; one with a softmax output reports [`Objective::MultiSoftprob`]
+//! like a multi-class booster, and [`Model::predict_class`] gives either's
+//! most likely class (Floo's greedy controller choice).
 //! Rejected: a separate `MlpModel` type beside [`Model`], which would make every
 //! gear that holds a model hold one of two types, and a trait object, which
 //! would put dynamic dispatch and a second vocabulary in front of three
@@ -190,7 +193,8 @@ impl Model {
         }
     }
 
-    /// The objective (a network's is [`Objective::BinaryLogistic`]).
+    /// The objective (a network's is [`Objective::BinaryLogistic`] or
+    /// [`Objective::MultiSoftprob`], by its output).
     pub fn objective(&self) -> Objective {
         match &self.evaluator {
             Evaluator::Trees(t) => t.objective(),
@@ -274,8 +278,8 @@ impl Model {
     }
 
     /// Predict: probabilities for classifiers (one value, P(class 1), for
-    /// `binary:logistic` and networks; one per class otherwise), the value for
-    /// regression.
+    /// `binary:logistic`, including logistic networks; one per class otherwise,
+    /// including softmax networks), the value for regression.
     /// `out` takes [`num_outputs`](Self::num_outputs) values. Does not allocate.
     pub fn predict(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
         self.check_row(row)?;
@@ -286,12 +290,55 @@ impl Model {
     }
 
     /// Margins before the link function (XGBoost's `output_margin=True`; a
-    /// network's output unit before the logistic function).
+    /// network's output units before the logistic function or the softmax).
     pub fn predict_margin(&self, row: &FeatureRow, out: &mut [f32]) -> Result<(), EvalError> {
         self.check_row(row)?;
         match &self.evaluator {
             Evaluator::Trees(t) => t.predict_margin(&row.values, out),
             Evaluator::Mlp(m) => m.predict_margin(&row.values, out),
+        }
+    }
+
+    /// The most likely class (an index into [`class_labels`](Self::class_labels)):
+    /// for a network, the largest output unit compared in `f64` (the greedy
+    /// action of Floo's actor, Floo §3.3); for trees, the largest probability
+    /// (`binary:logistic`: 1 if P(class 1) > 0.5). The first class wins a tie.
+    /// Regression models answer [`EvalError::NotAClassifier`]. Does not
+    /// allocate for up to 64 classes.
+    pub fn predict_class(&self, row: &FeatureRow) -> Result<usize, EvalError> {
+        self.check_row(row)?;
+        match &self.evaluator {
+            Evaluator::Mlp(m) => m.predict_class(&row.values),
+            Evaluator::Trees(t) => {
+                let objective = t.objective();
+                if !objective.is_classifier() {
+                    return Err(EvalError::NotAClassifier {
+                        objective: objective.name(),
+                    });
+                }
+                let n = t.num_outputs();
+                let mut stack = [0f32; 64];
+                let mut heap = Vec::new();
+                let out = if n <= stack.len() {
+                    &mut stack[..n]
+                } else {
+                    heap.resize(n, 0.0);
+                    &mut heap[..]
+                };
+                t.predict(&row.values, out)?;
+                Ok(match objective {
+                    Objective::BinaryLogistic => usize::from(out[0] > 0.5),
+                    _ => {
+                        let mut best = 0;
+                        for (i, &p) in out.iter().enumerate() {
+                            if p > out[best] {
+                                best = i;
+                            }
+                        }
+                        best
+                    }
+                })
+            }
         }
     }
 

@@ -499,7 +499,7 @@ fn malformed_mlp_files_are_refused_naming_file_and_field() {
             |m| m["activation"] = json!("softplus"),
             "activation \"softplus\"",
         ),
-        ("output", |m| m["output"] = json!("softmax"), "output \"softmax\""),
+        ("output", |m| m["output"] = json!("softplus"), "output \"softplus\""),
         ("version", |m| m["format_version"] = json!(2), "format_version 2"),
         (
             "format",
@@ -639,4 +639,129 @@ fn a_tree_model_with_a_format_field_is_refused_not_guessed() {
     let (_, err) = format_error(Model::load(path));
     assert!(matches!(err, FormatError::Unsupported(_)), "{err:?}");
     assert!(err.to_string().contains("format \"xgboost\""), "{err}");
+}
+
+#[test]
+fn malformed_softmax_networks_are_refused_naming_the_field() {
+    let cases: [MlpCase; 6] = [
+        (
+            "num-class-width",
+            |m| m["num_class"] = json!(5),
+            "layers[1].bias: the softmax output has num_class = 5 units, found 4",
+        ),
+        (
+            "num-class-missing",
+            |m| {
+                m.as_object_mut().unwrap().remove("num_class");
+            },
+            "num_class: missing",
+        ),
+        (
+            "num-class-one",
+            |m| m["num_class"] = json!(1),
+            "num_class: softmax needs at least 2 classes, got 1",
+        ),
+        (
+            "slope-missing",
+            |m| {
+                m.as_object_mut().unwrap().remove("negative_slope");
+            },
+            "negative_slope: missing",
+        ),
+        (
+            "slope-on-tanh",
+            |m| m["activation"] = json!("tanh"),
+            "negative_slope: given, but activation \"tanh\"",
+        ),
+        (
+            "logistic-with-classes",
+            |m| m["output"] = json!("logistic"),
+            "num_class: 4 given, but the logistic output is one unit",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = scratch(&format!("softmax-{name}"));
+        let path = copy_set(&dir, "i_floo_actor", edit, |_| {});
+        let (file, err) = format_error(Model::load(path));
+        assert!(file.ends_with("m.json"), "{name}: {file:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+    // A wrong-typed slope or class count is a JSON shape error with its position.
+    for (name, edit) in [
+        (
+            "slope-text",
+            (|m: &mut Value| m["negative_slope"] = json!("0.01")) as fn(&mut Value),
+        ),
+        ("num-class-negative", |m| m["num_class"] = json!(-4)),
+    ] {
+        let dir = scratch(&format!("softmax-{name}"));
+        let (_, err) = format_error(Model::load(copy_set(&dir, "i_floo_actor", edit, |_| {})));
+        assert!(matches!(err, FormatError::Json(_)), "{name}: {err:?}");
+    }
+}
+
+#[test]
+fn softmax_network_sidecar_must_agree_on_objective_and_classes() {
+    let cases: [(&str, Case); 2] = [
+        (
+            "softmax-objective",
+            (
+                "objective",
+                Box::new(|m| m["objective"] = json!("binary:logistic")),
+                "objective: sidecar says \"binary:logistic\", model is \"multi:softprob\"",
+            ),
+        ),
+        (
+            "softmax-labels",
+            (
+                "labels",
+                Box::new(|m| {
+                    m["class_labels"].as_array_mut().unwrap().pop();
+                }),
+                "3 class labels for a model with 4 classes",
+            ),
+        ),
+    ];
+    for (dir_name, (name, edit, want)) in cases {
+        let dir = scratch(dir_name);
+        let path = copy_set(&dir, "i_floo_actor", |_| {}, edit);
+        let err = Model::load(path).unwrap_err();
+        assert!(matches!(err, ModelError::Mismatch { .. }), "{name}: {err:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+}
+
+#[test]
+fn predict_class_is_the_most_likely_class_of_any_classifier_and_refused_for_regression() {
+    // Trees, 3 classes: the argmax of the probabilities.
+    let model = Model::load(vectors_dir().join("c_xgb_multiclass.json")).unwrap();
+    let mut p = [0f32; 3];
+    let mut seen = [false; 3];
+    for i in 0..50 {
+        let row = model
+            .row_from_values(&vec![f64::from(i) * 0.7 - 5.0; model.meta().features.len()])
+            .unwrap();
+        model.predict(&row, &mut p).unwrap();
+        let class = model.predict_class(&row).unwrap();
+        assert!(p.iter().all(|&v| v <= p[class]), "{p:?} {class}");
+        seen[class] = true;
+    }
+    assert!(seen.iter().filter(|&&s| s).count() >= 2, "{seen:?}");
+    // Binary: 1 exactly when P(class 1) > 0.5.
+    let binary = Model::load(vectors_dir().join("h_mlp_binary.json")).unwrap();
+    let mut p = [0f32];
+    for v in [0.0, 20.0, 200.0] {
+        let row = binary.row([("rtt_avg_ms", v), ("retran_rate", v / 1000.0)]);
+        binary.predict(&row, &mut p).unwrap();
+        assert_eq!(binary.predict_class(&row).unwrap(), usize::from(p[0] > 0.5));
+    }
+    let regression = Model::load(vectors_dir().join("d_xgb_regression.json")).unwrap();
+    assert_eq!(
+        regression.predict_class(&regression.empty_row()),
+        Err(EvalError::NotAClassifier {
+            objective: "reg:squarederror"
+        })
+    );
+    let floo = Model::load(vectors_dir().join("i_floo_actor.json")).unwrap();
+    assert_eq!(floo.predict_class(&model.empty_row()), Err(EvalError::ForeignRow));
 }

@@ -246,3 +246,50 @@ fn sidecars_record_labels_and_training_digest() {
     assert_eq!(forest.num_outputs(), 3);
     assert_eq!(forest.class_labels(), ["cubic", "bbr", "copa"]);
 }
+
+#[test]
+fn floo_actor_matches_jax_softmax_and_logits() {
+    // Floo's actor shape (§3.3, Appendix D): 16 -> 200 Leaky ReLU -> softmax over 4
+    // controllers, random weights, expected outputs from JAX's own float32 forward pass.
+    check_set(
+        "i_floo_actor",
+        "multi:softprob",
+        &[("predict", false), ("output_margin", true)],
+    );
+    let model = Model::load(vectors_dir().join("i_floo_actor.json")).unwrap();
+    let mlp = model.mlp().expect("a dense network");
+    assert_eq!(mlp.layer_sizes(), [16, 200, 4]);
+    assert_eq!(
+        mlp.activation(),
+        gearbox_policy::Activation::LeakyRelu { negative_slope: 0.01 }
+    );
+    assert_eq!(model.class_labels(), ["cubic", "bbr", "copa", "westwood"]);
+    assert_eq!(model.num_outputs(), 4);
+
+    // The greedy controller is JAX's argmax, except where two logits are within
+    // float32 rounding of each other.
+    let cases = read_cases("i_floo_actor");
+    let classes = cases.outputs["class"].as_array().expect("class");
+    let logits = expected(&cases, "output_margin");
+    let (mut agreed, mut ties) = (0, 0);
+    for ((row, want), z) in cases.rows.iter().zip(classes).zip(&logits) {
+        let features = model.row(
+            cases
+                .features
+                .iter()
+                .zip(row)
+                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
+        );
+        let want = want.as_u64().unwrap() as usize;
+        let mut sorted = z.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted[0] - sorted[1] < 1e-4 {
+            ties += 1;
+            continue;
+        }
+        assert_eq!(model.predict_class(&features).unwrap(), want, "row {row:?}");
+        agreed += 1;
+    }
+    println!("i_floo_actor: greedy class agrees with JAX on {agreed} rows ({ties} near-ties skipped)");
+    assert!(agreed >= 190, "{agreed} rows compared");
+}

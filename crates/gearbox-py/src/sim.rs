@@ -5,6 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use gearbox_cc::{Cca, SwitchMode};
+use gearbox_gear_api::CcaPeriodGear;
+use gearbox_gears::floo::{observation, FixedCca, FlooGear, RandomCca, FEATURE_NAMES};
 use gearbox_sim::{Session, SimConfig};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -55,9 +57,31 @@ impl PySimSession {
     }
 
     /// Each live connection's monitor over the period since the previous call (a list of
-    /// dicts; Floo Table 2).
+    /// dicts; Floo Table 2), each with the Floo Monitor's normalised state: `features`
+    /// (in `floo_feature_names()` order; None on quinn's built-ins) and `missing`, the
+    /// metrics that had no sample (docs/floo.md "State").
     fn monitor<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.session.monitor())
+        #[derive(serde::Serialize)]
+        struct WithState {
+            #[serde(flatten)]
+            monitor: gearbox_sim::ConnectionMonitor,
+            features: Option<Vec<f32>>,
+            missing: Option<u32>,
+        }
+        let out: Vec<WithState> = self
+            .session
+            .monitor()
+            .into_iter()
+            .map(|monitor| {
+                let obs = monitor.stats().map(|s| observation(&s));
+                WithState {
+                    monitor,
+                    features: obs.map(|o| o.values.to_vec()),
+                    missing: obs.map(|o| o.missing),
+                }
+            })
+            .collect();
+        to_py(py, &out)
     }
 
     /// Switches connection `conn`'s controller to `cca` (`full` or `part` switching).
@@ -69,16 +93,44 @@ impl PySimSession {
                 Cca::ALL.map(Cca::name).join(", ")
             ))
         })?;
-        let mode = match mode {
-            "full" => SwitchMode::Full,
-            "part" => SwitchMode::Part,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "mode must be \"full\" or \"part\", got {mode:?}"
-                )))
-            }
-        };
+        let mode = switch_mode(mode)?;
         self.session.switch(conn, to, mode).map_err(PyValueError::new_err)
+    }
+
+    /// Runs the session to its end with a Rust gear choosing every connection's
+    /// controller every `period_s` (docs/floo.md): `gear` is a controller name (static),
+    /// `"random"` (seeded by `seed`) or `"floo"` (the policy in `model_dir`); `mode` is
+    /// `full` or `part` switching. Returns `{periods, decisions, switches}`.
+    #[pyo3(signature = (gear, period_s = 12.0, mode = "full", model_dir = None, seed = 0))]
+    fn drive<'py>(
+        &mut self,
+        py: Python<'py>,
+        gear: &str,
+        period_s: f64,
+        mode: &str,
+        model_dir: Option<std::path::PathBuf>,
+        seed: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let period = Duration::try_from_secs_f64(period_s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err(format!("period_s must be a finite number > 0, got {period_s}")))?;
+        let mode = switch_mode(mode)?;
+        let mut gear: Box<dyn CcaPeriodGear> = match gear {
+            "random" => Box::new(RandomCca::new(seed)),
+            "floo" => {
+                let dir = model_dir.ok_or_else(|| PyValueError::new_err("gear \"floo\" needs model_dir"))?;
+                Box::new(FlooGear::load(&dir).map_err(sim_error)?)
+            }
+            name => Box::new(FixedCca(Cca::from_name(name).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown gear {name:?}; valid: floo, random, {}",
+                    Cca::ALL.map(Cca::name).join(", ")
+                ))
+            })?)),
+        };
+        let run = self.session.drive(gear.as_mut(), period, mode).map_err(sim_error)?;
+        to_py(py, &run)
     }
 
     /// Client records (dicts, docs/telemetry.md) of the requests finished since the
@@ -91,4 +143,38 @@ impl PySimSession {
         }
         Ok(list)
     }
+}
+
+/// The names of the Floo Monitor's normalised state, in the order of a monitor's
+/// `features` (docs/floo.md "State").
+#[pyfunction]
+pub fn floo_feature_names() -> Vec<&'static str> {
+    FEATURE_NAMES.to_vec()
+}
+
+fn switch_mode(mode: &str) -> PyResult<SwitchMode> {
+    match mode {
+        "full" => Ok(SwitchMode::Full),
+        "part" => Ok(SwitchMode::Part),
+        _ => Err(PyValueError::new_err(format!(
+            "mode must be \"full\" or \"part\", got {mode:?}"
+        ))),
+    }
+}
+
+/// Writes the synthetic link trace of `preset` (docs/traces.md) for `seed`, `duration_s`
+/// long, to `path` in mahimahi format, for a simulation config's `trace_file`.
+#[pyfunction]
+pub fn generate_trace(preset: &str, duration_s: f64, seed: u64, path: std::path::PathBuf) -> PyResult<()> {
+    use gearbox_link::tracegen::Preset;
+    let p = Preset::ALL.into_iter().find(|p| p.name() == preset).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown trace preset {preset:?}; valid: {}",
+            Preset::ALL.map(Preset::name).join(", ")
+        ))
+    })?;
+    let trace = p.generate(duration_s, seed).map_err(sim_error)?;
+    trace
+        .write_file(&path)
+        .map_err(|e| PyValueError::new_err(format!("{}: {e}", path.display())))
 }

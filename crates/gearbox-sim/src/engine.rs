@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use gearbox_cc::{CcConfig, Cca, QuicCc, SwitchHandle, SwitchMode};
-use gearbox_gear_api::{ClientRecord, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
+use gearbox_gear_api::{
+    CcaPeriodGear, ClientRecord, ConnectionStats, Protocol, Side, Transport, TransportSnapshot, SCHEMA_VERSION,
+};
 use gearbox_link::Link;
 use gearbox_workload::{Limit, Request, WorkloadSpec};
 use quinn_proto::{
@@ -90,6 +92,9 @@ struct Response {
     remaining: u64,
     header: Vec<u8>,
     finished_reading: bool,
+    /// When the request was read whole: the response is generated then (Floo §3.2:
+    /// Qws runs from here until its last byte is in QUIC's send buffer).
+    ready_at: Option<Duration>,
 }
 
 struct ServerConn {
@@ -103,6 +108,11 @@ struct ServerConn {
     handle: Option<SwitchHandle>,
     /// Counters at the previous monitor read: (time, sent, lost, delivered bytes).
     last: (Duration, u64, u64, u64),
+    /// Response waits (Qws, ms) of the responses written whole since the previous
+    /// monitor read.
+    period_waits: Vec<f64>,
+    /// Mean wait of the previous period that had one, ms (for Qws's gradient).
+    last_wait_ms: Option<f64>,
 }
 
 fn setup_error(e: impl std::fmt::Display) -> SimError {
@@ -252,6 +262,54 @@ pub struct ConnectionMonitor {
     pub unsent_bytes: u64,
     /// Completion times of the requests on this connection that finished in the period, ms.
     pub rcts_ms: Vec<f64>,
+    /// Length of the period, ms.
+    pub period_ms: f64,
+    /// Mean time the responses written whole in the period waited between being
+    /// generated (the request read whole) and their last byte entering QUIC's send
+    /// buffer, ms (Floo Table 2 `Qws`; `None` when no response finished writing).
+    pub response_wait_ms: Option<f64>,
+    /// Change of that mean since the previous period that had one, ms per second
+    /// (`Qws_gradient`).
+    pub response_wait_gradient_ms_per_s: Option<f64>,
+}
+
+impl ConnectionMonitor {
+    /// The monitor as the gears see it (Floo Table 2, [`ConnectionStats`]); `None` for a
+    /// connection on one of quinn's built-ins, whose state the simulator cannot read.
+    pub fn stats(&self) -> Option<ConnectionStats> {
+        let cca = Cca::from_name(self.cca?)?;
+        let finite = |v: f64| v.is_finite().then_some(v);
+        let rate = |v: u64| (v > 0).then_some(v * 8);
+        Some(ConnectionStats {
+            conn_id: self.conn as u64 + 1,
+            transport: Transport::Quic,
+            cca,
+            period_ms: self.period_ms,
+            max_delivery_rate_bps: rate(self.max_delivery_rate),
+            min_rtt_ms: finite(self.min_rtt_ms),
+            srtt_ms: finite(self.srtt_ms),
+            rtt_var_ms2: finite(self.rttvar_ms).map(|v| v * v),
+            loss_rate: (self.bytes_sent > 0).then_some(self.loss_rate),
+            cwnd_bytes: self.cwnd_bytes,
+            pacing_rate_bps: rate(self.pacing_rate),
+            goodput_bps: (self.period_ms > 0.0).then_some(self.goodput * 8.0),
+            unsent_bytes: self.unsent_bytes,
+            response_wait_ms: self.response_wait_ms,
+            response_wait_gradient_ms_per_s: self.response_wait_gradient_ms_per_s,
+            bytes_sent: self.bytes_sent,
+        })
+    }
+}
+
+/// What a gear did over [`Session::drive`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GearRun {
+    /// Selection periods run.
+    pub periods: u64,
+    /// Decisions asked of the gear (one per live connection per period).
+    pub decisions: u64,
+    /// Switches made (decisions that changed a connection's controller).
+    pub switches: u64,
 }
 
 /// A simulation a learner steps through: advance virtual time, read each connection's
@@ -368,6 +426,15 @@ impl Session {
                 s.last = (now, sent, lost, delivered);
                 let dt = now.saturating_sub(t0).as_secs_f64();
                 let sent_p = sent.saturating_sub(s0);
+                let waits = std::mem::take(&mut s.period_waits);
+                let wait = (!waits.is_empty()).then(|| waits.iter().sum::<f64>() / waits.len() as f64);
+                let gradient = match (wait, s.last_wait_ms) {
+                    (Some(w), Some(prev)) if dt > 0.0 => Some((w - prev) / dt),
+                    _ => None,
+                };
+                if wait.is_some() {
+                    s.last_wait_ms = wait;
+                }
                 ConnectionMonitor {
                     conn: s.index,
                     cca: status.as_ref().map(|st| st.cca.name()),
@@ -392,6 +459,9 @@ impl Session {
                     bytes_sent: sent_p,
                     unsent_bytes: s.streams.values().map(|r| r.remaining).sum(),
                     rcts_ms: rcts.remove(&s.index).unwrap_or_default(),
+                    period_ms: dt * 1e3,
+                    response_wait_ms: wait,
+                    response_wait_gradient_ms_per_s: gradient,
                 }
             })
             .collect();
@@ -415,6 +485,33 @@ impl Session {
             .ok_or_else(|| format!("connection {conn} runs {}, which cannot switch", self.sim.cc_name))?;
         h.switch_to(to, mode);
         Ok(())
+    }
+
+    /// Runs the simulation to its end with `gear` choosing every connection's controller
+    /// every `period` (Floo §3.1: Monitor -> Selector -> Switcher, the Switcher being the
+    /// suite's `mode` switching). Connections on quinn's built-ins are left alone.
+    pub fn drive(
+        &mut self,
+        gear: &mut dyn CcaPeriodGear,
+        period: Duration,
+        mode: SwitchMode,
+    ) -> Result<GearRun, SimError> {
+        if period.is_zero() {
+            return Err(SimError::Setup("the selection period must be > 0".into()));
+        }
+        let mut run = GearRun::default();
+        while !self.advance(period)? {
+            run.periods += 1;
+            for m in self.monitor() {
+                let Some(stats) = m.stats() else { continue };
+                let decision = gear.choose(&stats, self.sim.instant());
+                run.decisions += 1;
+                if decision.choice != stats.cca && self.switch(m.conn, decision.choice, mode).is_ok() {
+                    run.switches += 1;
+                }
+            }
+        }
+        Ok(run)
     }
 
     /// Client records (JSON lines) of the requests finished since the previous call.
@@ -628,11 +725,12 @@ impl Sim {
                         remaining: 0,
                         header: Vec::new(),
                         finished_reading: false,
+                        ready_at: None,
                     },
                 );
                 serve_read(s, id);
             }
-            progress |= serve_write(s);
+            progress |= serve_write(s, self.now);
             loop {
                 self.buf.clear();
                 let Some(t) = s.conn.poll_transmit(now, 16, &mut self.buf) else {
@@ -717,6 +815,8 @@ impl Sim {
                                 index: self.accepted,
                                 handle,
                                 last: (self.now, 0, 0, 0),
+                                period_waits: Vec::new(),
+                                last_wait_ms: None,
                             },
                         );
                         self.accepted += 1;
@@ -888,13 +988,14 @@ fn serve_read(s: &mut ServerConn, id: StreamId) {
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// Writes responses whose requests were read whole, as far as flow control allows.
-fn serve_write(s: &mut ServerConn) -> bool {
+fn serve_write(s: &mut ServerConn, now: Duration) -> bool {
     let mut progress = false;
     let mut done = Vec::new();
     for (&id, r) in s.streams.iter_mut() {
         if !r.finished_reading {
             continue;
         }
+        let ready_at = *r.ready_at.get_or_insert(now);
         while r.remaining > 0 {
             let n = (r.remaining as usize).min(ZEROS.len());
             // A static `Bytes` is handed to quinn's send buffer without a copy.
@@ -909,6 +1010,7 @@ fn serve_write(s: &mut ServerConn) -> bool {
         }
         if r.remaining == 0 {
             let _ = s.conn.send_stream(id).finish();
+            s.period_waits.push(now.saturating_sub(ready_at).as_secs_f64() * 1e3);
             done.push(id);
             progress = true;
         }

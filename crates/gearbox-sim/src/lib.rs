@@ -26,7 +26,7 @@ mod engine;
 pub mod null_crypto;
 mod packet;
 
-pub use engine::{run, ConnectionMonitor, Session, SimError, SimOutcome};
+pub use engine::{run, ConnectionMonitor, GearRun, Session, SimError, SimOutcome};
 
 use std::path::{Path, PathBuf};
 

@@ -169,3 +169,70 @@ fn null_packet_protection_gives_the_same_records_as_real_tls() {
         assert_eq!(null.packets, tls.packets, "{workload}");
     }
 }
+
+/// A period gear that asks for one controller and keeps every monitor it was shown.
+struct Always {
+    to: gearbox_cc::Cca,
+    seen: Vec<gearbox_gear_api::ConnectionStats>,
+}
+
+impl gearbox_gear_api::CcaPeriodGear for Always {
+    fn choose(
+        &mut self,
+        stats: &gearbox_gear_api::ConnectionStats,
+        _now: std::time::Instant,
+    ) -> gearbox_gear_api::Decision<gearbox_cc::Cca> {
+        self.seen.push(stats.clone());
+        gearbox_gear_api::Decision::new(self.to, "test")
+    }
+}
+
+#[test]
+fn a_gear_drives_a_session_every_period_and_sees_the_monitor_in_gear_units() {
+    use gearbox_sim::Session;
+    use std::time::Duration;
+    let cfg = config("app", "cc = \"cubic\"");
+    let mut s = Session::new(&cfg).unwrap();
+    let mut gear = Always {
+        to: gearbox_cc::Cca::Copa,
+        seen: Vec::new(),
+    };
+    let run = s
+        .drive(&mut gear, Duration::from_secs(5), gearbox_cc::SwitchMode::Full)
+        .unwrap();
+    assert!(s.finished());
+    assert!(run.periods >= 3, "{run:?}");
+    assert_eq!(run.decisions as usize, gear.seen.len());
+    assert!(run.switches >= 1, "{run:?}");
+    let first = &gear.seen[0];
+    assert_eq!(first.cca, gearbox_cc::Cca::Cubic);
+    // The first period runs from the connection's start.
+    assert!(first.period_ms > 4000.0 && first.period_ms <= 5000.0, "{first:?}");
+    assert!((gear.seen[1].period_ms - 5000.0).abs() < 1e-6, "{:?}", gear.seen[1]);
+    // Transport metrics in the gear's units (bits/s, ms).
+    assert!(first.min_rtt_ms.unwrap() >= 40.0 && first.bytes_sent > 0, "{first:?}");
+    assert!(first.max_delivery_rate_bps.unwrap() <= 11_000_000, "{first:?}");
+    // The app-level Qws: responses written whole in the period.
+    assert!(
+        gear.seen.iter().any(|m| m.response_wait_ms.is_some()),
+        "no response wait in {:?}",
+        gear.seen
+    );
+    // Once switched, the connection runs Copa and every later decision sees it.
+    let last = gear.seen.last().unwrap();
+    assert_eq!(last.cca, gearbox_cc::Cca::Copa);
+    assert!(s.take_records().len() > 10);
+}
+
+#[test]
+fn a_zero_selection_period_is_refused() {
+    let mut s = gearbox_sim::Session::new(&config("app", "")).unwrap();
+    let mut gear = Always {
+        to: gearbox_cc::Cca::Copa,
+        seen: Vec::new(),
+    };
+    let err = s
+        .drive(&mut gear, std::time::Duration::ZERO, gearbox_cc::SwitchMode::Full)
+        .unwrap_err();
+    assert!(err.to_string().contains("selection period"), "{err}");
+}

@@ -6,6 +6,7 @@
     gearbox lab collect OUT_DIR
     gearbox lab demo [--out out/lab-demo]
     gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
+    gearbox lab floo evaluate                               (python/gearbox/floo)
 
 The schema of scenario files and the layout of OUT_DIR are in docs/lab.md.
 """
@@ -58,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
+    sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
     return p
 
 
@@ -117,6 +119,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["floo"]:  # Floo's evaluation parses its own arguments
+        if raw[1:2] != ["evaluate"]:
+            print("gearbox lab floo: the subcommand is `evaluate` (gearbox lab floo evaluate --help)", file=sys.stderr)
+            return 2
+        from gearbox.floo.evaluate import main as floo_evaluate
+
+        return floo_evaluate(raw[2:])
     if raw[:1] == ["wisetrans"]:  # the WiseTrans pipelines parse their own arguments
         from gearbox.wisetrans.__main__ import main as wisetrans_main
 

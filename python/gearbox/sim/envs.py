@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gearbox._native import SimSession
+from gearbox._native import SimSession, floo_feature_names
 
 ACTIONS = ("cubic", "bbr", "copa", "westwood")
 
@@ -37,57 +37,19 @@ base_rtt_ms = 40.0
 limit_bdp = 1.0
 """
 
-# Observation, each clipped to [0, 10]: rates in units of 100 Mbit/s, times in seconds,
-# ratios as they are, then the current controller one-hot.
-OBS_NAMES = (
-    "max_delivery_rate_100mbps",
-    "delivery_rate_100mbps",
-    "goodput_100mbps",
-    "min_rtt_s",
-    "srtt_over_min_rtt",
-    "rttvar_over_srtt",
-    "loss_rate",
-    "cwnd_over_bdp",
-    "pacing_over_max_delivery",
-    "unsent_mb",
-    "bytes_sent_mb",
-    "mean_rct_s",
-) + tuple(f"cca_{a}" for a in ACTIONS)
-
-
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
+# The observation is the Floo Monitor's normalised state, computed in Rust by the same code
+# the edge's gear runs (`gearbox_gears::floo::features`; docs/floo.md "State"): 16 numbers
+# in [-10, 10], the controller one-hot last.
+OBS_NAMES = tuple(floo_feature_names())
+OBS_CLIP = 10.0
 
 
 def observe(m: dict[str, Any] | None) -> np.ndarray:
-    """The observation vector of one connection monitor (zeros before a connection)."""
-    obs = np.zeros(len(OBS_NAMES), dtype=np.float32)
-    if m is None:
-        return obs
-    rate_unit = 100e6 / 8  # bytes/s in 100 Mbit/s
-    max_rate = _num(m["max_delivery_rate"])
-    min_rtt_s = _num(m["min_rtt_ms"]) / 1e3
-    srtt_s = _num(m["srtt_ms"]) / 1e3
-    rcts = [r for r in m["rcts_ms"] if math.isfinite(r)]
-    bdp = max_rate * min_rtt_s
-    values = [
-        max_rate / rate_unit,
-        _num(m["delivery_rate"]) / rate_unit,
-        _num(m["goodput"]) / rate_unit,
-        min_rtt_s,
-        srtt_s / min_rtt_s if min_rtt_s > 0 else 0.0,
-        (_num(m["rttvar_ms"]) / 1e3) / srtt_s if srtt_s > 0 else 0.0,
-        _num(m["loss_rate"]),
-        _num(m["cwnd_bytes"]) / bdp if bdp > 0 else 0.0,
-        _num(m["pacing_rate"]) / max_rate if max_rate > 0 else 0.0,
-        _num(m["unsent_bytes"]) / 1e6,
-        _num(m["bytes_sent"]) / 1e6,
-        (sum(rcts) / len(rcts) / 1e3) if rcts else 0.0,
-    ]
-    obs[: len(values)] = values
-    if m.get("cca") in ACTIONS:
-        obs[len(values) + ACTIONS.index(m["cca"])] = 1.0
-    return np.clip(obs, 0.0, 10.0)
+    """The observation vector of one connection monitor (zeros before a connection, or on
+    one of quinn's built-ins, which the monitor cannot read)."""
+    if m is None or m.get("features") is None:
+        return np.zeros(len(OBS_NAMES), dtype=np.float32)
+    return np.asarray(m["features"], dtype=np.float32)
 
 
 class CcaSelectionEnv(gym.Env):
@@ -116,10 +78,11 @@ class CcaSelectionEnv(gym.Env):
         self.period_s = period_s
         self.mode = mode
         self.action_space = spaces.Discrete(len(ACTIONS))
-        self.observation_space = spaces.Box(0.0, 10.0, shape=(len(OBS_NAMES),), dtype=np.float32)
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(len(OBS_NAMES),), dtype=np.float32)
         self._session: SimSession | None = None
         self._last_rct: float | None = None
         self._conn: int | None = None
+        self._episode_rcts: list[float] = []
 
     def _scenario(self, seed: int) -> tuple[str, str]:
         text, name = self._scenarios[int(self.np_random.integers(len(self._scenarios)))]
@@ -134,12 +97,14 @@ class CcaSelectionEnv(gym.Env):
         m = monitors[-1] if monitors else None
         self._conn = m["conn"] if m else None
         rcts = [r for r in (m["rcts_ms"] if m else []) if math.isfinite(r)]
+        self._episode_rcts.extend(r for x in monitors for r in x["rcts_ms"] if math.isfinite(r))
         return observe(m), (sum(rcts) / len(rcts) if rcts else None), finished
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         text, name = self._scenario(int(self.np_random.integers(2**31)))
         self._session = SimSession(text, name)
+        self._episode_rcts = []
         obs, rct, _ = self._period()
         self._last_rct = rct
         return obs, {"now_s": self._session.now_s}
@@ -160,5 +125,8 @@ class CcaSelectionEnv(gym.Env):
             reward = math.log(self._last_rct / rct)
         if rct is not None:
             self._last_rct = rct
-        info = {"now_s": self._session.now_s, "mean_rct_ms": rct}
+        info: dict[str, Any] = {"now_s": self._session.now_s, "mean_rct_ms": rct}
+        if finished and self._episode_rcts:
+            # The whole episode's mean request completion time (every connection).
+            info["episode_mean_rct_ms"] = sum(self._episode_rcts) / len(self._episode_rcts)
         return obs, float(reward), bool(finished), False, info

@@ -124,7 +124,7 @@ fn per_ack_bare(cca: Cca, flow: &Flow, acks: u64) -> f64 {
 }
 
 /// Nanoseconds per switch in `mode`, over every ordered pair of algorithms.
-fn per_switch(mode: SwitchMode, rounds: u32) -> f64 {
+pub(crate) fn per_switch(mode: SwitchMode, rounds: u32) -> f64 {
     let t0 = Instant::now();
     let mut c = Switchable::new(
         Arc::new(CcConfig::default()),
@@ -147,7 +147,7 @@ fn per_switch(mode: SwitchMode, rounds: u32) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(n.max(1))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -179,50 +179,70 @@ pub fn run(a: CcBenchArgs) -> anyhow::Result<()> {
         println!("| {} | {ns:.0} |", mode.name());
     }
     if a.transfer_s > 0.0 {
-        whole_process(&a).context("whole-process part (needs root and /dev/net/tun; --transfer-s 0 skips it)")?;
+        let cpu = whole_process(
+            a.rate_mbps,
+            a.rtt_ms,
+            a.transfer_s,
+            &[
+                ("cubic", "--cc cubic".into()),
+                ("quinn-cubic", "--cc quinn-cubic".into()),
+            ],
+        )
+        .context("whole-process part (needs root and /dev/net/tun; --transfer-s 0 skips it)")?;
+        println!(
+            "\nSwitchable (the suite's Cubic) over quinn's built-in Cubic: {:+.1}% edge CPU",
+            (cpu[0] / cpu[1] - 1.0) * 100.0
+        );
     }
     Ok(())
 }
 
-/// The edge's CPU seconds for one emulated transfer per controller, in one run.
-fn whole_process(a: &CcBenchArgs) -> anyhow::Result<()> {
+/// The edge's CPU seconds for one emulated HTTP/3 transfer of `transfer_s` at line rate
+/// over a `rate_mbps`, `rtt_ms` path, once per edge variant (a label and the edge's
+/// extra flags), in one run; prints a table row per variant and returns the CPU seconds.
+pub(crate) fn whole_process(
+    rate_mbps: f64,
+    rtt_ms: u64,
+    transfer_s: f64,
+    variants: &[(&str, String)],
+) -> anyhow::Result<Vec<f64>> {
     let exe = std::env::current_exe().context("cannot find the gearbox binary")?;
     let exe = exe.display();
     let dir = tempfile::Builder::new().prefix("gearbox-bench-cc-").tempdir()?;
     let d = dir.path();
     let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
     gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key)?;
-    let rate_bps = (a.rate_mbps * 1e6) as u64;
-    let one_way_ms = a.rtt_ms as f64 / 2.0;
+    let rate_bps = (rate_mbps * 1e6) as u64;
+    let one_way_ms = rtt_ms as f64 / 2.0;
     std::fs::write(
         d.join("emu.toml"),
         format!(
             "topology = \"single\"\n[[path]]\n[path.uplink]\nrate_bps = {rate_bps}\ndelay_ms = {one_way_ms}\n\
              base_rtt_ms = {}\n[path.uplink.queue]\nlimit_bdp = 1.0\n[path.downlink]\nrate_bps = {rate_bps}\ndelay_ms = {one_way_ms}\n\
              base_rtt_ms = {}\n[path.downlink.queue]\nlimit_bdp = 1.0\n",
-            a.rtt_ms, a.rtt_ms
+            rtt_ms, rtt_ms
         ),
     )?;
-    let bytes = (a.rate_mbps * 1e6 / 8.0 * a.transfer_s) as u64;
+    let bytes = (rate_mbps * 1e6 / 8.0 * transfer_s) as u64;
     println!(
         "\n# whole process: the edge's CPU for one {bytes}-byte HTTP/3 download over an emulated {} Mbit/s, {} ms path \
          (about {} s at line rate)",
-        a.rate_mbps, a.rtt_ms, a.transfer_s
+        rate_mbps, rtt_ms, transfer_s
     );
-    println!("\n| edge controller | transfer s | edge CPU s | CPU s per GB |");
+    println!("\n| edge | transfer s | edge CPU s | CPU s per GB |");
     println!("|---|---:|---:|---:|");
     let mut cpu = Vec::new();
-    for cc in ["cubic", "quinn-cubic"] {
-        let metrics = d.join(format!("metrics-{cc}.txt"));
-        let done = d.join(format!("done-{cc}.txt"));
+    for (i, (label, flags)) in variants.iter().enumerate() {
+        let metrics = d.join(format!("metrics-{i}.txt"));
+        let done = d.join(format!("done-{i}.txt"));
         let server = format!(
-            "exec {exe} edge --listen 10.0.0.1:4433 --admin 10.0.0.1:9100 --cert {} --key {} --cc {cc} --max-bytes {bytes}",
+            "exec {exe} edge --listen 10.0.0.1:4433 --admin 10.0.0.1:9100 --cert {} --key {} {flags} --max-bytes {bytes}",
             cert.display(),
             key.display()
         );
         // The request's own bound (default 60 s) must outlast a transfer of about
         // `transfer_s` at line rate; the emulator run's bound is the same.
-        let bound = a.transfer_s * 3.0 + 30.0;
+        let bound = transfer_s * 3.0 + 30.0;
         let client = format!(
             "start=$(date +%s.%N); {exe} get --proto quic --insecure --timeout-s {bound} https://10.0.0.1:4433/bytes/{bytes} > /dev/null && \
              end=$(date +%s.%N) && curl -sf http://10.0.0.1:9100/metrics > {} && echo \"$start $end\" > {}",
@@ -238,7 +258,7 @@ fn whole_process(a: &CcBenchArgs) -> anyhow::Result<()> {
             .status()
             .context("cannot run gearbox emu")?;
         if !status.success() {
-            bail!("the emulated transfer with {cc} failed ({status})");
+            bail!("the emulated transfer with the edge's {label} failed ({status})");
         }
         let text = std::fs::read_to_string(&metrics).with_context(|| format!("{}", metrics.display()))?;
         let secs: f64 = text
@@ -250,14 +270,10 @@ fn whole_process(a: &CcBenchArgs) -> anyhow::Result<()> {
         let t: Vec<f64> = times.split_whitespace().filter_map(|v| v.parse().ok()).collect();
         let transfer = t.get(1).zip(t.first()).map_or(f64::NAN, |(e, s)| e - s);
         println!(
-            "| {cc} | {transfer:.1} | {secs:.2} | {:.2} |",
+            "| {label} | {transfer:.1} | {secs:.2} | {:.2} |",
             secs / (bytes as f64 / 1e9)
         );
         cpu.push(secs);
     }
-    println!(
-        "\nSwitchable (the suite's Cubic) over quinn's built-in Cubic: {:+.1}% edge CPU",
-        (cpu[0] / cpu[1] - 1.0) * 100.0
-    );
-    Ok(())
+    Ok(cpu)
 }

@@ -16,6 +16,7 @@
 //! [`report`] prints them.
 
 mod cc;
+mod floo;
 mod measure;
 mod peers;
 mod proc_stats;
@@ -52,6 +53,9 @@ pub enum Bench {
     Cc(cc::CcBenchArgs),
     /// The simulator: simulated seconds and packets per wall second (docs/sim.md).
     Sim(sim::SimBenchArgs),
+    /// The Floo gear: cost per decision of its monitor, selector and switcher, and the
+    /// edge's CPU with and without it for one emulated transfer (docs/floo.md).
+    Floo(floo::FlooBenchArgs),
     /// The control plane: ingestion records/s (embedded store and PostgreSQL), policy polls/s
     /// with 1,000 simulated pollers, the service's memory (docs/control.md).
     Control(crate::control_cmd::ControlArgs),
@@ -89,6 +93,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Edge(e) => edge(e),
         Bench::Cc(c) => cc::run(c),
         Bench::Sim(s) => sim::run(s),
+        Bench::Floo(f) => floo::run(f),
         Bench::Control(c) => crate::control_cmd::bench(c),
     }
 }

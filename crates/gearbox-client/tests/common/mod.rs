@@ -82,13 +82,24 @@ impl Site {
     /// Our own edge on loopback (TCP and UDP on one free port, unless `config`
     /// sets them), serving with this site's certificate.
     pub async fn edge(&self, config: gearbox_edge::EdgeConfig) -> gearbox_edge::Edge {
+        self.edge_with(config, |_| {}).await
+    }
+
+    /// [`Site::edge`] with its gears changed by `gears`.
+    #[allow(dead_code)]
+    pub async fn edge_with(
+        &self,
+        config: gearbox_edge::EdgeConfig,
+        gears: impl FnOnce(&mut gearbox_edge::ConnectionGears),
+    ) -> gearbox_edge::Edge {
         let config = gearbox_edge::EdgeConfig {
             cert: self.cert(),
             key: self.path().join("key.pem"),
             ..config
         };
-        let gears = gearbox_edge::ConnectionGears::from_config(&config);
-        gearbox_edge::Edge::bind(config, gears)
+        let mut g = gearbox_edge::ConnectionGears::from_config(&config);
+        gears(&mut g);
+        gearbox_edge::Edge::bind(config, g)
             .await
             .expect("edge binds on loopback")
     }

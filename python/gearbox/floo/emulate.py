@@ -1,0 +1,112 @@
+"""The emulator half of Floo's evaluation: the same held-apart scenarios on the real edge
+and client over HTTP/3 (docs/floo.md "Emulator"), to show that the simulator's ranking
+holds on the real stack.
+
+Each scenario becomes a lab scenario (docs/lab.md) with one condition: the scenario's
+trace preset and seed on the path, its RTT, jitter, loss and buffer, the `app` workload,
+and one policy per scheme, all HTTP/3 to `gearbox edge` with the scheme's flags:
+`--cc NAME` for a static controller, `--cc cubic --gear floo --model-dir DIR` for Floo
+(`--switch part` for P-Floo), `--gear random` for random switching. `gearbox lab run`
+runs them one after another in network namespaces (root) and writes `summary.json`, whose
+per-policy mean RCT this module compares with the simulator's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gearbox.floo.scenarios import Scenario
+
+
+def edge_args(scheme: str, model_dir: Path, period_s: float) -> list[str]:
+    """The edge flags of one scheme."""
+    gear = ["--period-s", f"{period_s:g}"]
+    if scheme == "floo":
+        return ["--cc", "cubic", "--gear", "floo", "--model-dir", str(model_dir), *gear]
+    if scheme == "p-floo":
+        return ["--cc", "cubic", "--gear", "floo", "--model-dir", str(model_dir), "--switch", "part", *gear]
+    if scheme == "random":
+        return ["--cc", "cubic", "--gear", "random", *gear]
+    return ["--cc", scheme]
+
+
+def lab_scenario(
+    s: Scenario, schemes: list[str], duration_s: float, seed: int, model_dir: Path, period_s: float
+) -> str:
+    """The lab scenario (TOML) of `s` with one HTTP/3 policy per scheme."""
+    lines = [
+        f'name = "floo-{s.name}"',
+        f'description = "Floo evaluation, {s.cls}: {s.preset} trace, {s.rtt_ms} ms, loss {s.loss_rate}, '
+        f'buffer {s.buffer_bdp} BDP"',
+        "seed = 1",
+        "repetitions = 1",
+        f"duration_s = {duration_s:g}",
+        'topology = "single"',
+        "",
+        "[workload]",
+        'name = "app"',
+        f"seed = {seed}",
+        "",
+        "[[path]]",
+        f'trace = {{ preset = "{s.preset}", seed = {s.trace_seed} }}',
+        f"rtt_ms = {s.rtt_ms:g}",
+        f"jitter_ms = {s.jitter_ms:g}",
+        f"loss_rate = {s.loss_rate:g}",
+        f"buffer_bdp = {s.buffer_bdp:g}",
+        "",
+    ]
+    for i, scheme in enumerate(schemes):
+        args = ", ".join(json.dumps(a) for a in edge_args(scheme, model_dir, period_s))
+        lines += [
+            f"[policies.{scheme}]",
+            'proto = "quic"',
+            f"edge_args = [{args}]",
+            f"baseline = {'true' if i == 0 else 'false'}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def run(
+    scenarios: list[Scenario],
+    schemes: list[str],
+    duration_s: float,
+    seed: int,
+    model_dir: Path,
+    period_s: float,
+    out: Path,
+) -> list[dict]:
+    """Runs every scenario in the emulator; one row per scheme x scenario: mean, median
+    and p90 RCT of the client's records."""
+    rows: list[dict] = []
+    for i, s in enumerate(scenarios):
+        folder = out / f"{i:02d}-{s.name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        file = folder / "scenario.toml"
+        file.write_text(lab_scenario(s, schemes, duration_s, seed + i, model_dir.resolve(), period_s))
+        print(f"floo evaluate: emulator {i + 1}/{len(scenarios)}: {s.name}", file=sys.stderr)
+        done = subprocess.run(
+            [sys.executable, "-m", "gearbox.lab", "run", str(file), "--out", str(folder / "lab")],
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"gearbox lab run {file} failed (exit {done.returncode}); see {folder / 'lab'}")
+        summary = json.loads((folder / "lab" / "summary.json").read_text())
+        for p in summary["policies"]:
+            rows.append(
+                {
+                    "scenario": s.name,
+                    "class": s.cls,
+                    "scheme": p["policy"],
+                    "requests": p["requests"],
+                    "errors": p["errors"],
+                    "mean_rct_ms": p["mean_ms"],
+                    "median_rct_ms": p["median_ms"],
+                    "p90_rct_ms": p["p90_ms"],
+                }
+            )
+    return rows

@@ -1,0 +1,89 @@
+"""Floo's scenarios, training command and evaluation, end to end in the simulator
+(docs/floo.md). The PPO learner itself is tested in test_floo_ppo.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+from gearbox._native import SimSession, floo_feature_names  # noqa: E402
+from gearbox.floo import evaluate, scenarios, train  # noqa: E402
+
+
+def test_the_evaluation_set_is_floos_mix_within_table_4_and_apart_from_training() -> None:
+    ev = scenarios.evaluation_set()
+    assert len(ev) == 60
+    assert [sum(s.cls == c for s in ev) for c in ("wifi", "cellular-stationary", "cellular-mobile")] == [10, 20, 30]
+    for s in ev:
+        assert 10.0 <= s.rtt_ms <= 300.0
+        assert 0.0 <= s.jitter_ms <= min(20.0, 0.2 * s.rtt_ms) + 1e-9
+        assert 0.0 <= s.loss_rate <= 0.05
+        assert 0.3 <= s.buffer_bdp <= 1.5
+        assert s.preset in scenarios.CLASSES[s.cls]
+    tr = scenarios.training_set(200)
+    assert not {s.trace_seed for s in ev} & {s.trace_seed for s in tr}
+    assert not {(s.rtt_ms, s.loss_rate, s.buffer_bdp) for s in ev} & {(s.rtt_ms, s.loss_rate, s.buffer_bdp) for s in tr}
+    assert scenarios.evaluation_set() == ev  # seeded
+    with pytest.raises(ValueError, match="unknown scenario classes"):
+        scenarios.sample({"dsl": 3}, 1, "x")
+
+
+def test_a_scenario_is_a_simulation_config_whose_monitor_carries_the_floo_state(tmp_path: Path) -> None:
+    s = scenarios.evaluation_set({"cellular-mobile": 1})[0]
+    session = SimSession(s.config(tmp_path, 30.0, seed=3), s.name)
+    session.advance(12.0)
+    (m,) = session.monitor()
+    assert len(m["features"]) == len(floo_feature_names()) == 16
+    assert m["features"][12] == 1.0  # starts on Cubic: its one-hot
+    assert m["missing"] >= 0
+    assert list(tmp_path.glob("*.trace")), "the scenario's trace was generated into the cache"
+
+
+def test_learn_floo_trains_exports_a_policy_the_rust_gear_loads(tmp_path: Path) -> None:
+    out = tmp_path / "floo"
+    args = ["--out", str(out), "--steps", "64", "--envs", "1", "--scenarios", "3", "--episode-s", "40"]
+    assert train.main([*args, "--rollout-steps", "32"]) == 0
+    meta = json.loads((out / "policy.meta.json").read_text())
+    assert [f["name"] for f in meta["features"]] == floo_feature_names()
+    assert meta["class_labels"] == ["cubic", "bbr", "copa", "westwood"]
+    history = json.loads((out / "history.json").read_text())
+    assert [h["steps"] for h in history] == [32, 64]
+    s = scenarios.evaluation_set({"wifi": 1})[0]
+    session = SimSession(s.config(tmp_path, 30.0, seed=1), s.name)
+    run = session.drive("floo", 5.0, "full", str(out))
+    assert run["decisions"] >= 1
+
+
+def test_evaluate_ranks_schemes_against_the_hindsight_best_static(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    code = evaluate.main(
+        ["--out", str(out), "--scenarios", "3", "--duration-s", "30", "--period-s", "6"]
+        + ["--schemes", "cubic,bbr,random", "--jobs", "1"]
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scenarios"] == 3
+    schemes = summary["schemes"]
+    assert set(schemes) == {"cubic", "bbr", "static_opt", "random"}
+    # Static_Opt is the per-scenario best of the statics, so no static beats it anywhere.
+    for s in ("cubic", "bbr"):
+        assert schemes[s]["ratio_to_static_opt_mean"] >= 1.0
+    assert schemes["static_opt"]["ratio_to_static_opt_mean"] == 1.0
+    assert schemes["random"]["switches_per_minute"] > 0.0
+    assert schemes["cubic"]["switches_per_minute"] == 0.0
+    assert "| static_opt |" in (out / "report.md").read_text()
+    rows = (out / "runs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3 * 3
+
+
+def test_evaluate_refuses_bad_schemes_and_a_missing_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        evaluate.main(["--out", str(tmp_path), "--schemes", "cubic,vegas"])
+    assert "unknown ['vegas']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate.main(["--out", str(tmp_path), "--schemes", "cubic,floo", "--model-dir", str(tmp_path / "none")])
+    assert "no policy.json" in capsys.readouterr().err
