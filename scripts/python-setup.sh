@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Makes the Python environment of gearbox: .venv at the repository root with maturin, the
-# dev, lab, wisetrans (xgboost-cpu, scikit-learn), sim (gymnasium) and floo (jax, flax, optax) extras, and the gearbox package: the Rust extension gearbox._native built in
-# release mode, the Python sources under python/ installed editable (used in place).
+# dev, lab, wisetrans (xgboost-cpu, scikit-learn), sim (gymnasium), floo (jax, flax, optax)
+# and control (fastapi, uvicorn, httptools, uvloop, orjson, httpx, psycopg, duckdb, pyarrow)
+# extras, and the gearbox package: the Rust extension gearbox._native built in release mode,
+# the Python sources under python/ installed editable (used in place).
 # Idempotent: reuses .venv, pip skips what is installed, the cargo build is incremental.
-#   scripts/python-setup.sh                        # dev, lab, wisetrans, sim and floo extras
+#   scripts/python-setup.sh                        # dev, lab, wisetrans, sim, floo and control extras
 #   GEARBOX_PY_EXTRAS=dev scripts/python-setup.sh  # fewer extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras=${GEARBOX_PY_EXTRAS:-dev,lab,wisetrans,sim,floo}
+extras=${GEARBOX_PY_EXTRAS:-dev,lab,wisetrans,sim,floo,control}
 py=${PYTHON:-python3}
 
 if [ ! -x .venv/bin/python ]; then

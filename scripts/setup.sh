@@ -12,6 +12,8 @@ for pair in caddy:caddy nginx:nginx gtlsclient:ngtcp2-client gtlsserver:ngtcp2-s
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need_pkgs+=("$pkg")
 done
+# The control plane's tests run a real PostgreSQL server (initdb/pg_ctl in a temporary folder).
+compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || need_pkgs+=(postgresql)
 # Build dependencies of crates/gearbox-bpf: clang compiles the BPF programs, and
 # libbpf-sys builds its vendored libbpf against libelf and zlib.
 for pkg in clang libelf-dev zlib1g-dev pkg-config make; do
@@ -20,7 +22,7 @@ done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_pkgs[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  # Package scripts must not start the daemons (caddy, nginx): tests start their own.
+  # Package scripts must not start the daemons (caddy, nginx, postgresql): tests start their own.
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d
   $SUDO apt-get update -qq || true

@@ -1,5 +1,5 @@
 //! `gearbox`: the one front door. Each subcommand lives in its own module; the
-//! Python-side subcommands (the lab and the learners) are run by the Python
+//! Python-side subcommands (the lab, the learners and the control plane) are run by the Python
 //! package, which this binary execs with the same arguments.
 
 use std::process::ExitCode;
@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod bench_cmd;
 mod cert_cmd;
 mod client_cmd;
+mod control_cmd;
 mod demo_cmd;
 mod edge_cmd;
 mod emu_cmd;
@@ -48,6 +49,9 @@ enum Command {
     Lab(lab_cmd::LabArgs),
     /// Learners: a gear's next table from telemetry (`gearbox learn tcpwise --help`).
     Learn(learn_cmd::LearnArgs),
+    /// The control plane: telemetry ingestion, policy registry, scheduled learners, dashboard
+    /// (`gearbox control --help`, docs/control.md).
+    Control(control_cmd::ControlArgs),
     /// The virtual-time simulator: real QUIC over the lab's link model, no root (docs/sim.md).
     Sim(sim_cmd::SimArgs),
     /// Synthetic link traces for scenarios (used by the lab).
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench_cmd::run(a),
         Command::Lab(a) => lab_cmd::run(a),
         Command::Learn(a) => learn_cmd::run(a),
+        Command::Control(a) => control_cmd::run(a),
         Command::Sim(a) => sim_cmd::run(a),
         Command::Trace(a) => trace_cmd::run(a),
     };

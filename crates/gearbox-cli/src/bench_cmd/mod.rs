@@ -56,6 +56,9 @@ pub enum Bench {
     /// The Floo gear: cost per decision of its monitor, selector and switcher, and the
     /// edge's CPU with and without it for one emulated transfer (docs/floo.md).
     Floo(floo::FlooBenchArgs),
+    /// The control plane: ingestion records/s (embedded store and PostgreSQL), policy polls/s
+    /// with 1,000 simulated pollers, the service's memory (docs/control.md).
+    Control(crate::control_cmd::ControlArgs),
 }
 
 /// Arguments of `gearbox bench edge`.
@@ -91,6 +94,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Cc(c) => cc::run(c),
         Bench::Sim(s) => sim::run(s),
         Bench::Floo(f) => floo::run(f),
+        Bench::Control(c) => crate::control_cmd::bench(c),
     }
 }
 
