@@ -333,8 +333,9 @@ async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_sw
     let first = &seen[0];
     assert_eq!(first.cca, Cca::Cubic);
     assert!(first.bytes_sent > 300_000, "{first:?}");
+    // (On loopback the minimum RTT can round to 0 ms: present, not positive.)
     assert!(
-        first.max_delivery_rate_bps.unwrap() > 0 && first.min_rtt_ms.unwrap() > 0.0,
+        first.max_delivery_rate_bps.unwrap() > 0 && first.min_rtt_ms.is_some(),
         "{first:?}"
     );
     assert!(first.cwnd_bytes > 0 && first.srtt_ms.unwrap() >= first.min_rtt_ms.unwrap());
@@ -400,10 +401,7 @@ async fn the_period_gear_reads_tcp_info_and_switches_the_kernel_controller() {
         (first.transport, first.cca),
         (gearbox_gear_api::Transport::Tcp, Cca::Cubic)
     );
-    assert!(
-        first.bytes_sent > 300_000 && first.min_rtt_ms.unwrap() > 0.0,
-        "{first:?}"
-    );
+    assert!(first.bytes_sent > 300_000 && first.srtt_ms.is_some(), "{first:?}");
     assert!(first.cwnd_bytes > 0 && first.response_wait_ms.is_none(), "{first:?}");
     let d = records.iter().find(|r| r["event"] == "cc_decision").unwrap();
     assert_eq!(

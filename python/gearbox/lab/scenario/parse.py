@@ -42,9 +42,11 @@ def load(path: str | Path) -> Scenario:
     path = Path(path)
     source = str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(source, "", f"cannot read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(source, "", f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from e
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -94,10 +96,21 @@ def parse(data: dict[str, Any], path: Path) -> Scenario:
     return s
 
 
+def _resolved(t: Table, key: str, base: Path, value: str) -> Path:
+    """`value`, a path relative to the scenario's folder, made absolute; a value no file
+    system takes (a NUL byte, a name too long) is refused naming the field."""
+    try:
+        path = (base / value).resolve()
+        path.is_file()  # the checks below stat it; fail here, with the field, if it cannot be
+    except (ValueError, OSError) as e:
+        raise t.error(key, f"{value!r} is not a usable path: {e}") from e
+    return path
+
+
 def _workload(t: Table, base: Path) -> WorkloadSpec:
     name = t.str("name")
     if name not in BUILTIN_WORKLOADS:
-        file = (base / name).resolve()
+        file = _resolved(t, "name", base, name)
         if not file.is_file():
             raise t.error(
                 "name",
@@ -126,7 +139,7 @@ def _trace(t: Table, key: str, base: Path) -> TraceRef | None:
     if (file is None) == (preset is None):
         raise tt.error(None, "give exactly one of `file` (a mahimahi trace) and `preset` (a generator)")
     if file is not None:
-        p = (base / file).resolve()
+        p = _resolved(tt, "file", base, file)
         if not p.is_file():
             raise tt.error("file", f"no such trace file: {p}")
         tt.done()
@@ -284,7 +297,7 @@ def _policies(t: Table, base: Path) -> list[Policy]:
     v = t.raw("policies", ["tcp", "h1", "quic"])
     if isinstance(v, list):
         for i, name in enumerate(v):
-            if name not in BUILTIN_POLICIES:
+            if not isinstance(name, str) or name not in BUILTIN_POLICIES:
                 raise ScenarioError(
                     t.source,
                     f"policies[{i}]",
@@ -351,7 +364,7 @@ def _resolve_paths(d: Table, key: str, args: list[str], base: Path) -> tuple[lis
             value = args[i + 1]
             i += 1
         i += 1
-        path = (base / value).resolve()
+        path = _resolved(d, key, base, value)
         if flag == "--gear-config" and not path.is_file():
             raise d.error(key, f"{flag} {value}: no such file {path} (paths in a scenario are relative to its folder)")
         found[flag] = str(path)
