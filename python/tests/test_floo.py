@@ -87,3 +87,40 @@ def test_evaluate_refuses_bad_schemes_and_a_missing_model(tmp_path: Path, capsys
     with pytest.raises(SystemExit):
         evaluate.main(["--out", str(tmp_path), "--schemes", "cubic,floo", "--model-dir", str(tmp_path / "none")])
     assert "no policy.json" in capsys.readouterr().err
+
+
+def test_an_emulator_scenario_is_a_lab_scenario_with_one_policy_per_scheme(tmp_path: Path) -> None:
+    from gearbox.floo import emulate
+    from gearbox.lab.scenario import load
+
+    s = scenarios.evaluation_set({"wifi": 1})[0]
+    for proto, schemes in (("quic", ["cubic", "copa", "floo", "p-floo"]), ("tcp", ["cubic", "bbr", "floo"])):
+        file = tmp_path / f"{proto}.toml"
+        file.write_text(emulate.lab_scenario(s, schemes, 20.0, 7, tmp_path / "model", 12.0, proto))
+        sc = load(file)
+        assert [p.name for p in sc.policies] == schemes
+        assert {p.proto for p in sc.policies} == {proto}
+        floo = next(p for p in sc.policies if p.name == "floo")
+        assert floo.edge_args[:4] == ["--tcp-cc" if proto == "tcp" else "--cc", "cubic", "--gear", "floo"]
+        assert sc.paths[0].trace.preset == s.preset and sc.paths[0].rtt_ms == s.rtt_ms
+    with pytest.raises(ValueError, match="no kernel TCP implementation"):
+        emulate.edge_args("copa", tmp_path, 12.0, "tcp")
+
+
+def test_the_gears_actions_are_read_from_the_edges_telemetry(tmp_path: Path) -> None:
+    from gearbox.floo import emulate
+
+    run = tmp_path / "c000-floo-r0"
+    run.mkdir()
+    lines = [
+        {"event": "cc_decision", "choice": "copa"},
+        {"event": "cc_decision", "choice": "copa"},
+        {"event": "cc_decision", "choice": "bbr"},
+        {"event": "cc_switch", "to": "copa", "outcome": "switched"},
+        {"side": "edge", "status": 200},
+    ]
+    (run / "edge.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    choices, outcomes = emulate.gear_actions(tmp_path, "floo")
+    assert choices == {"copa": 2, "bbr": 1}
+    assert outcomes == {"copa:switched": 1}
+    assert emulate.gear_actions(tmp_path, "cubic") == ({}, {})

@@ -20,23 +20,37 @@ from pathlib import Path
 
 from gearbox.floo.scenarios import Scenario
 
+# The controllers kernel TCP offers for a static scheme (gearbox's BPF Westwood+ included).
+TCP_STATIC = ("cubic", "bbr", "westwood")
 
-def edge_args(scheme: str, model_dir: Path, period_s: float) -> list[str]:
-    """The edge flags of one scheme."""
+
+def edge_args(scheme: str, model_dir: Path, period_s: float, proto: str = "quic") -> list[str]:
+    """The edge flags of one scheme; on `tcp` the start controller is the kernel's
+    (`--tcp-cc`) and the gear switches `TCP_CONGESTION`."""
+    if proto == "tcp" and scheme not in (*TCP_STATIC, "floo", "p-floo", "random"):
+        raise ValueError(f"{scheme} has no kernel TCP implementation; on tcp the static schemes are {TCP_STATIC}")
+    cc = "--tcp-cc" if proto == "tcp" else "--cc"
     gear = ["--period-s", f"{period_s:g}"]
     if scheme == "floo":
-        return ["--cc", "cubic", "--gear", "floo", "--model-dir", str(model_dir), *gear]
+        return [cc, "cubic", "--gear", "floo", "--model-dir", str(model_dir), *gear]
     if scheme == "p-floo":
-        return ["--cc", "cubic", "--gear", "floo", "--model-dir", str(model_dir), "--switch", "part", *gear]
+        return [cc, "cubic", "--gear", "floo", "--model-dir", str(model_dir), "--switch", "part", *gear]
     if scheme == "random":
-        return ["--cc", "cubic", "--gear", "random", *gear]
-    return ["--cc", scheme]
+        return [cc, "cubic", "--gear", "random", *gear]
+    return [cc, scheme]
 
 
 def lab_scenario(
-    s: Scenario, schemes: list[str], duration_s: float, seed: int, model_dir: Path, period_s: float
+    s: Scenario,
+    schemes: list[str],
+    duration_s: float,
+    seed: int,
+    model_dir: Path,
+    period_s: float,
+    proto: str = "quic",
 ) -> str:
-    """The lab scenario (TOML) of `s` with one HTTP/3 policy per scheme."""
+    """The lab scenario (TOML) of `s` with one policy per scheme, all over `proto`
+    (`quic`: HTTP/3; `tcp`: HTTP/2 over kernel TCP)."""
     lines = [
         f'name = "floo-{s.name}"',
         f'description = "Floo evaluation, {s.cls}: {s.preset} trace, {s.rtt_ms} ms, loss {s.loss_rate}, '
@@ -59,10 +73,10 @@ def lab_scenario(
         "",
     ]
     for i, scheme in enumerate(schemes):
-        args = ", ".join(json.dumps(a) for a in edge_args(scheme, model_dir, period_s))
+        args = ", ".join(json.dumps(a) for a in edge_args(scheme, model_dir, period_s, proto))
         lines += [
             f"[policies.{scheme}]",
-            'proto = "quic"',
+            f'proto = "{proto}"',
             f"edge_args = [{args}]",
             f"baseline = {'true' if i == 0 else 'false'}",
             "",
@@ -78,15 +92,17 @@ def run(
     model_dir: Path,
     period_s: float,
     out: Path,
+    proto: str = "quic",
 ) -> list[dict]:
     """Runs every scenario in the emulator; one row per scheme x scenario: mean, median
-    and p90 RCT of the client's records."""
+    and p90 RCT of the client's records, and what the edge's gear did (its decisions by
+    choice, and its switches by outcome, from the edge's telemetry)."""
     rows: list[dict] = []
     for i, s in enumerate(scenarios):
         folder = out / f"{i:02d}-{s.name}"
         folder.mkdir(parents=True, exist_ok=True)
         file = folder / "scenario.toml"
-        file.write_text(lab_scenario(s, schemes, duration_s, seed + i, model_dir.resolve(), period_s))
+        file.write_text(lab_scenario(s, schemes, duration_s, seed + i, model_dir.resolve(), period_s, proto))
         print(f"floo evaluate: emulator {i + 1}/{len(scenarios)}: {s.name}", file=sys.stderr)
         done = subprocess.run(
             [sys.executable, "-m", "gearbox.lab", "run", str(file), "--out", str(folder / "lab")],
@@ -97,11 +113,15 @@ def run(
             raise RuntimeError(f"gearbox lab run {file} failed (exit {done.returncode}); see {folder / 'lab'}")
         summary = json.loads((folder / "lab" / "summary.json").read_text())
         for p in summary["policies"]:
+            choices, outcomes = gear_actions(folder / "lab" / "runs", p["policy"])
             rows.append(
                 {
                     "scenario": s.name,
                     "class": s.cls,
+                    "proto": proto,
                     "scheme": p["policy"],
+                    "decisions": json.dumps(choices, sort_keys=True),
+                    "switches": json.dumps(outcomes, sort_keys=True),
                     "requests": p["requests"],
                     "errors": p["errors"],
                     "mean_rct_ms": p["mean_ms"],
@@ -110,3 +130,22 @@ def run(
                 }
             )
     return rows
+
+
+def gear_actions(runs: Path, policy: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The edge gear's decisions by chosen controller and its switches by outcome, over
+    the runs of `policy` (their `edge.jsonl`, docs/telemetry.md "Event records")."""
+    choices: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    for edge in sorted(runs.glob(f"*-{policy}-r*/edge.jsonl")):
+        for line in edge.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("event") == "cc_decision":
+                choices[r["choice"]] = choices.get(r["choice"], 0) + 1
+            elif r.get("event") == "cc_switch":
+                key = f"{r['to']}:{r['outcome']}"
+                outcomes[key] = outcomes.get(key, 0) + 1
+    return choices, outcomes

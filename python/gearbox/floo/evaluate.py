@@ -233,6 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also run N of the scenarios on the real edge and client in the emulator (root; docs/floo.md)",
     )
     p.add_argument("--emulator-duration-s", type=float, default=60.0, help="requests sent per emulated run")
+    p.add_argument(
+        "--emulator-schemes",
+        default=None,
+        help="schemes of the emulator half (default: --schemes; tcp: cubic, bbr, westwood, floo, p-floo, random)",
+    )
+    p.add_argument(
+        "--emulator-proto",
+        choices=("quic", "tcp"),
+        default="quic",
+        help="tcp runs the QUIC-trained policy on kernel TCP connections (HTTP/2) and reports what it did",
+    )
     args = p.parse_args(argv)
     schemes = [s.strip() for s in args.schemes.split(",") if s.strip()]
     bad = [s for s in schemes if s not in (*STATIC, *LEARNED)]
@@ -309,13 +320,24 @@ def emulator_part(
     from gearbox.floo import emulate
 
     picked = _spread(scenarios, args.emulator)
+    if args.emulator_schemes:
+        schemes = [s.strip() for s in args.emulator_schemes.split(",") if s.strip()]
+    if args.emulator_proto == "tcp":
+        schemes = [s for s in schemes if s in (*emulate.TCP_STATIC, "floo", "p-floo", "random")]
     # The same application trace as the simulator's run of the scenario (its seed).
     emu_rows: list[dict] = []
     for i, scn in picked:
         emu_rows += emulate.run(
-            [scn], schemes, args.emulator_duration_s, args.seed + i, model_dir, args.period_s, out / "emulator"
+            [scn],
+            schemes,
+            args.emulator_duration_s,
+            args.seed + i,
+            model_dir,
+            args.period_s,
+            out / f"emulator-{args.emulator_proto}",
+            args.emulator_proto,
         )
-    with (out / "emulator.csv").open("w", newline="") as f:
+    with (out / f"emulator-{args.emulator_proto}.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(emu_rows[0]))
         w.writeheader()
         w.writerows(emu_rows)
@@ -324,7 +346,8 @@ def emulator_part(
     emu = {(r["scenario"], r["scheme"]): r["mean_rct_ms"] for r in emu_rows}
     lines = [
         "",
-        f"## Emulator: {len(picked)} of the scenarios on the real edge and client (HTTP/3), "
+        f"## Emulator: {len(picked)} of the scenarios on the real edge and client "
+        f"({'HTTP/2 over kernel TCP' if args.emulator_proto == 'tcp' else 'HTTP/3'}), "
         f"{args.emulator_duration_s:g} s of requests each",
         "",
         "| scheme | simulator mean RCT ms | emulator mean RCT ms |",
@@ -348,7 +371,21 @@ def emulator_part(
         f"Per scenario, the schemes' RCT ranks in the two agree with Spearman rho {np.mean(rhos):.2f} on average "
         f"(min {min(rhos):.2f}); the best scheme is the same in {same_best} of {len(rhos)} scenarios.",
         "",
+        "What the edge's gear did (decisions by chosen controller; switches by target and outcome):",
+        "",
     ]
+    for scheme in schemes:
+        choices: dict[str, int] = {}
+        outcomes: dict[str, int] = {}
+        for r in emu_rows:
+            if r["scheme"] == scheme:
+                for k, v in json.loads(r["decisions"]).items():
+                    choices[k] = choices.get(k, 0) + v
+                for k, v in json.loads(r["switches"]).items():
+                    outcomes[k] = outcomes.get(k, 0) + v
+        if choices or outcomes:
+            lines.append(f"- {scheme}: decisions {choices}; switches {outcomes}")
+    lines.append("")
     return "\n".join(lines)
 
 
