@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
+use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol};
 use gearbox_dataplane::transport;
 use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use http_body_util::BodyExt;
@@ -42,21 +42,8 @@ struct Conn {
 
 fn record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> EdgeRecord {
     EdgeRecord {
-        side: Side::Edge,
-        schema: SCHEMA_VERSION,
-        time_unix_ms: unix_ms_now(),
-        conn_id: id,
-        client_addr: peer.to_string(),
-        protocol: Some(Protocol::H3),
-        method: String::new(),
-        path: String::new(),
-        status: None,
-        bytes: 0,
-        server_time_ms: None,
-        server_time_source: None,
-        transport: None,
         error: (!error.is_empty()).then(|| error.to_string()),
-        iw: None,
+        ..EdgeRecord::for_connection(id, peer, Some(Protocol::H3), unix_ms_now())
     }
     .with_shared(shared)
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol, Side, SCHEMA_VERSION};
+use gearbox_dataplane::telemetry::{unix_ms_now, EdgeRecord, Protocol};
 use gearbox_dataplane::transport;
 use gearbox_gear_api::{AcceptedConnection, IwChoice, Transport};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -71,21 +71,8 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
 
 fn refusal_record(id: u64, peer: SocketAddr, hit: Hit) -> EdgeRecord {
     EdgeRecord {
-        side: Side::Edge,
-        schema: SCHEMA_VERSION,
-        time_unix_ms: unix_ms_now(),
-        conn_id: id,
-        client_addr: peer.to_string(),
-        protocol: None,
-        method: String::new(),
-        path: String::new(),
-        status: None,
-        bytes: 0,
-        server_time_ms: None,
-        server_time_source: None,
-        transport: None,
         error: Some(hit.name().to_string()),
-        iw: None,
+        ..EdgeRecord::for_connection(id, peer, None, unix_ms_now())
     }
 }
 
@@ -95,21 +82,8 @@ fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> Edge
         .handshake_failures_tcp
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     EdgeRecord {
-        side: Side::Edge,
-        schema: SCHEMA_VERSION,
-        time_unix_ms: unix_ms_now(),
-        conn_id: id,
-        client_addr: peer.to_string(),
-        protocol: None,
-        method: String::new(),
-        path: String::new(),
-        status: None,
-        bytes: 0,
-        server_time_ms: None,
-        server_time_source: None,
-        transport: None,
         error: Some(error.to_string()),
-        iw: None,
+        ..EdgeRecord::for_connection(id, peer, None, unix_ms_now())
     }
 }
 
@@ -327,23 +301,15 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
         let tracker = c.shared.tracker.clone();
         tracker.spawn(async move {
             let mut rec = EdgeRecord {
-                side: Side::Edge,
-                schema: SCHEMA_VERSION,
-                time_unix_ms,
-                conn_id: c.id,
-                client_addr: c.peer.to_string(),
-                protocol: Some(c.protocol),
                 method,
                 path,
                 status: Some(status),
                 bytes,
-                server_time_ms: None,
-                server_time_source: None,
-                transport: None,
                 error: hit
                     .map(|h| h.name().to_string())
                     .or_else(|| (!complete).then(|| "reset".to_string())),
                 iw: c.iw.clone(),
+                ..EdgeRecord::for_connection(c.id, c.peer, Some(c.protocol), time_unix_ms)
             };
             if complete {
                 let (at, source) = match wait_acked(&c.socket).await {

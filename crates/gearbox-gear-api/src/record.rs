@@ -133,6 +133,37 @@ pub struct EdgeRecord {
     pub iw: Option<IwChoice>,
 }
 
+impl EdgeRecord {
+    /// The record of connection `conn_id` from `client_addr` at `time_unix_ms`, before
+    /// any request: every request field empty, no transport, no error. The edge fills in
+    /// what it knows (one constructor for the request records and the connection-level
+    /// failure records alike).
+    pub fn for_connection(
+        conn_id: u64,
+        client_addr: std::net::SocketAddr,
+        protocol: Option<Protocol>,
+        time_unix_ms: f64,
+    ) -> Self {
+        EdgeRecord {
+            side: Side::Edge,
+            schema: SCHEMA_VERSION,
+            time_unix_ms,
+            conn_id,
+            client_addr: client_addr.to_string(),
+            protocol,
+            method: String::new(),
+            path: String::new(),
+            status: None,
+            bytes: 0,
+            server_time_ms: None,
+            server_time_source: None,
+            transport: None,
+            error: None,
+            iw: None,
+        }
+    }
+}
+
 /// A connection's initial congestion window as chosen at accept (TCP WISE §IV-A).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IwChoice {
