@@ -124,3 +124,24 @@ def test_the_gears_actions_are_read_from_the_edges_telemetry(tmp_path: Path) -> 
     assert choices == {"copa": 2, "bbr": 1}
     assert outcomes == {"copa:switched": 1}
     assert emulate.gear_actions(tmp_path, "cubic") == ({}, {})
+
+
+def test_the_level_reward_scores_each_periods_mean_rct_and_a_bad_name_is_refused(tmp_path: Path) -> None:
+    import math
+
+    from gearbox.sim.envs import LEVEL_RCT_MS, CcaSelectionEnv
+
+    s = scenarios.evaluation_set({"wifi": 1})[0]
+    env = CcaSelectionEnv(scenarios=[s.config(tmp_path, 60.0, seed=2)], period_s=6.0, reward="level")
+    env.reset(seed=1)
+    seen = 0
+    for _ in range(8):
+        _, reward, done, _, info = env.step(0)
+        rct = info["mean_rct_ms"]
+        assert reward == (math.log(LEVEL_RCT_MS / rct) if rct else 0.0)
+        seen += rct is not None
+        if done:
+            break
+    assert seen >= 1
+    with pytest.raises(ValueError, match="reward must be one of gradient, level"):
+        CcaSelectionEnv(reward="power")

@@ -31,12 +31,12 @@ from pathlib import Path
 from gearbox.floo.scenarios import training_set
 
 
-def make_env(index: int, configs: list[str], period_s: float, mode: str):
+def make_env(index: int, configs: list[str], period_s: float, mode: str, reward: str = "gradient"):
     """Environment `index` of the rollouts (module level: rollout processes are spawned,
     so the factory must pickle)."""
     from gearbox.sim.envs import CcaSelectionEnv
 
-    return CcaSelectionEnv(scenarios=configs, period_s=period_s, mode=mode)
+    return CcaSelectionEnv(scenarios=configs, period_s=period_s, mode=mode, reward=reward)
 
 
 def plot(history: list[dict], out: Path) -> Path | None:
@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", type=int, default=os.cpu_count() or 1, help="rollout processes")
     p.add_argument("--rollout-steps", type=int, default=64, help="steps per environment between updates")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--reward",
+        choices=("gradient", "level"),
+        default="gradient",
+        help="gradient: Floo's ln(previous / current mean RCT); level: ln(1 s / current mean RCT) (docs/floo.md)",
+    )
     args = p.parse_args(argv)
     for name in ("steps", "scenarios", "envs", "rollout_steps"):
         if getattr(args, name) < 1:
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return True
 
     t0 = time.perf_counter()
-    factory = functools.partial(make_env, configs=configs, period_s=args.period_s, mode="full")
+    factory = functools.partial(make_env, configs=configs, period_s=args.period_s, mode="full", reward=args.reward)
     result = ppo.train(
         factory, config, args.steps, args.seed, num_envs=args.envs, parallel=args.envs > 1, on_update=on_update
     )
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload": args.workload,
         "scenarios": len(scenarios),
         "seed": args.seed,
+        "reward": args.reward,
         "ppo": asdict(result.config),
     }
     ppo.save_params(out / "ppo.npz", actor, critic, config=result.config)

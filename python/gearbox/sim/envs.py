@@ -25,6 +25,14 @@ from gearbox._native import SimSession, floo_feature_names
 
 ACTIONS = ("cubic", "bbr", "copa", "westwood")
 
+# Rewards: `gradient` is Floo's, ln(previous period's mean RCT / this period's) (§3.3); its
+# sum over an episode telescopes to ln(first / last), so each action's credit is one noisy
+# difference. `level` is ln(LEVEL_RCT_MS / this period's mean RCT): the sum is the episode's
+# (negative) mean log RCT per period, which is what the evaluation scores. Both are 0 in a
+# period where no request finished.
+REWARDS = ("gradient", "level")
+LEVEL_RCT_MS = 1000.0
+
 # A default episode: one client fetching the `feed` workload over a 10 Mbit/s, 40 ms path.
 DEFAULT_SCENARIO = """
 duration_s = 120.0
@@ -63,6 +71,7 @@ class CcaSelectionEnv(gym.Env):
         scenarios: Sequence[str | Path] | None = None,
         period_s: float = 12.0,
         mode: str = "full",
+        reward: str = "gradient",
     ) -> None:
         texts = []
         for s in scenarios or [DEFAULT_SCENARIO]:
@@ -74,6 +83,9 @@ class CcaSelectionEnv(gym.Env):
             raise ValueError(f"period_s must be > 0, got {period_s}")
         if mode not in ("full", "part"):
             raise ValueError(f'mode must be "full" or "part", got {mode!r}')
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
+        self.reward = reward
         self._scenarios = texts
         self.period_s = period_s
         self.mode = mode
@@ -121,8 +133,11 @@ class CcaSelectionEnv(gym.Env):
                 pass  # the connection ended within the period; the next one is watched
         obs, rct, finished = self._period()
         reward = 0.0
-        if rct is not None and self._last_rct is not None and rct > 0:
-            reward = math.log(self._last_rct / rct)
+        if self.reward == "gradient":
+            if rct is not None and self._last_rct is not None and rct > 0:
+                reward = math.log(self._last_rct / rct)
+        elif rct is not None and rct > 0:
+            reward = math.log(LEVEL_RCT_MS / rct)
         if rct is not None:
             self._last_rct = rct
         info: dict[str, Any] = {"now_s": self._session.now_s, "mean_rct_ms": rct}
