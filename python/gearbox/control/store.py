@@ -287,13 +287,15 @@ class Store(ABC):
                 (gear, scope, version, who, now_ms(), action),
             )
 
-    def activations(self, gear: str | None = None) -> list[dict]:
-        cols = "id, gear, scope, version, who, at_ms, action"
-        if gear is None:
-            rows = self._all(f"SELECT {cols} FROM activations ORDER BY id")
-        else:
-            rows = self._all(f"SELECT {cols} FROM activations WHERE gear = ? ORDER BY id", (gear,))
+    def _listed(self, table: str, cols: str, key: str, value: str | None) -> list[dict]:
+        """Rows of `table` in id order as dicts of `cols`, those whose `key` is `value`
+        when one is given."""
+        where = f" WHERE {key} = ?" if value is not None else ""
+        rows = self._all(f"SELECT {cols} FROM {table}{where} ORDER BY id", (value,) if value is not None else ())
         return [dict(zip(cols.split(", "), r, strict=True)) for r in rows]
+
+    def activations(self, gear: str | None = None) -> list[dict]:
+        return self._listed("activations", "id, gear, scope, version, who, at_ms, action", "gear", gear)
 
     def active(self) -> dict[tuple[str, str], int]:
         """`(gear, scope) -> version` of the latest activation of each."""
@@ -327,12 +329,7 @@ class Store(ABC):
             )
 
     def runs(self, job: str | None = None) -> list[dict]:
-        cols = "id, job, started_ms, cut_ms, finished_ms, outcome, version, log"
-        if job is None:
-            rows = self._all(f"SELECT {cols} FROM job_runs ORDER BY id")
-        else:
-            rows = self._all(f"SELECT {cols} FROM job_runs WHERE job = ? ORDER BY id", (job,))
-        return [dict(zip(cols.split(", "), r, strict=True)) for r in rows]
+        return self._listed("job_runs", "id, job, started_ms, cut_ms, finished_ms, outcome, version, log", "job", job)
 
     @abstractmethod
     def close(self) -> None:
