@@ -9,9 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
 use bytes::{Buf, Bytes};
+use common::Running;
 use gearbox_dataplane::tls::{self, Trust};
-use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
+use gearbox_edge::EdgeConfig;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -19,38 +22,13 @@ use tokio::net::TcpStream;
 /// Longest any single wait in these tests may take before it counts as a hang.
 const BOUND: Duration = Duration::from_secs(20);
 
-struct Running {
-    tcp: SocketAddr,
-    quic: SocketAddr,
-    admin: SocketAddr,
-    dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+/// What the limit tests ask of the shared edge beyond starting and stopping it.
+trait Hits {
+    async fn wait_hits(&self, limit: &str, n: u64);
+    async fn hits(&self, limit: &str) -> u64;
 }
 
-impl Running {
-    async fn stop(mut self) -> Vec<Value> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        bounded("edge stops", &mut self.task).await.expect("edge task");
-        std::fs::read_to_string(self.dir.path().join("edge.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("telemetry line is JSON"))
-            .collect()
-    }
-
-    async fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.admin).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut out = String::new();
-        bounded("metrics", s.read_to_string(&mut out)).await.unwrap();
-        out
-    }
-
+impl Hits for Running {
     /// Waits until `limit` has been hit `n` times (counted as the edge closes, which
     /// may be just after the client saw the close).
     async fn wait_hits(&self, limit: &str, n: u64) {
@@ -96,38 +74,11 @@ fn small(c: &mut EdgeConfig) {
 }
 
 async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GEARBOX_TEST_LOG"))
-        .with_test_writer()
-        .try_init();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).unwrap();
-    let mut config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        cert,
-        key,
-        telemetry: Some(dir.path().join("edge.jsonl")),
-        ..EdgeConfig::default()
-    };
-    small(&mut config);
-    tweak(&mut config);
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds");
-    let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(edge.serve(async move {
-        let _ = rx.await;
-    }));
-    Running {
-        tcp,
-        quic,
-        admin,
-        dir,
-        stop: Some(tx),
-        task,
-    }
+    common::start(|c| {
+        small(c);
+        tweak(c);
+    })
+    .await
 }
 
 type Tls = tokio_rustls::client::TlsStream<TcpStream>;

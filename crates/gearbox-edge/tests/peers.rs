@@ -7,83 +7,15 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use gearbox_cc::{QuicCc, TcpCc};
+mod common;
+
+use common::{read_records, start, Running};
 use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use serde_json::Value;
 use tokio::process::Command;
 
 /// Liveness bound for any single peer run (not a performance check).
 const PEER_BOUND: Duration = Duration::from_secs(60);
-
-struct Running {
-    tcp: std::net::SocketAddr,
-    quic: std::net::SocketAddr,
-    admin: Option<std::net::SocketAddr>,
-    dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn cert(&self) -> PathBuf {
-        self.dir.path().join("cert.pem")
-    }
-    fn telemetry(&self) -> PathBuf {
-        self.dir.path().join("edge.jsonl")
-    }
-    /// Stops the edge gracefully and returns its telemetry records.
-    async fn stop(mut self) -> Vec<Value> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(PEER_BOUND, &mut self.task)
-            .await
-            .expect("edge stops")
-            .expect("edge task");
-        read_records(&self.telemetry())
-    }
-}
-
-fn read_records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("telemetry line is JSON"))
-        .collect()
-}
-
-async fn start(tweak: impl FnOnce(&mut EdgeConfig)) -> Running {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GEARBOX_TEST_LOG"))
-        .with_test_writer()
-        .try_init();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).unwrap();
-    let mut config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
-        cert,
-        key,
-        telemetry: Some(dir.path().join("edge.jsonl")),
-        ..EdgeConfig::default()
-    };
-    tweak(&mut config);
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds");
-    let (tcp, quic, admin) = (edge.tcp_addr(), edge.quic_addr(), edge.admin_addr());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(edge.serve(async move {
-        let _ = rx.await;
-    }));
-    Running {
-        tcp,
-        quic,
-        admin,
-        dir,
-        stop: Some(tx),
-        task,
-    }
-}
 
 fn need(tool: &str) -> String {
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
@@ -212,7 +144,7 @@ async fn metrics_count_requests_by_protocol() {
     let out = edge.dir.path().join("body");
     curl(&edge, "--http2", "/bytes/10", &out).await;
     curl(&edge, "--http2", "/bytes/20", &out).await;
-    let admin = edge.admin.unwrap();
+    let admin = edge.admin;
     let o = run(Command::new(need("curl")).args(["-sS", &format!("http://{admin}/metrics")])).await;
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("gearbox_requests_total{protocol=\"h2\"} 2"), "{text}");
