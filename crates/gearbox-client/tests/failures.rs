@@ -71,18 +71,23 @@ async fn connecting_to_a_closed_port_is_a_connect_error_with_a_record() {
         .all(|r| r.error.as_deref() == Some("connect") && r.url == url));
 }
 
-/// A TLS 1.3 server (rustls) with its own certificate that answers nothing after the
-/// handshake.
-async fn tls_server(cert: &Path, key: &Path) -> SocketAddr {
+/// A loopback listener with a TLS acceptor for `cert` (HTTP/1.1 and HTTP/2 by ALPN).
+async fn tls_listener(cert: &Path, key: &Path) -> (tokio::net::TcpListener, tokio_rustls::TlsAcceptor, SocketAddr) {
     let cfg = tls::server_config(
         tls::load_certs(cert).unwrap(),
         tls::load_key(key).unwrap(),
         &tls::ALPN_TCP,
     )
     .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    (listener, tokio_rustls::TlsAcceptor::from(Arc::new(cfg)), addr)
+}
+
+/// A TLS 1.3 server (rustls) with its own certificate that answers nothing after the
+/// handshake.
+async fn tls_server(cert: &Path, key: &Path) -> SocketAddr {
+    let (listener, acceptor, addr) = tls_listener(cert, key).await;
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
@@ -284,15 +289,7 @@ async fn a_request_that_outlives_its_timeout_is_cut_off_with_a_record() {
 /// 2 MB, sends 100 kB, and then dies: its socket is closed with `SO_LINGER` 0, so the
 /// client gets a reset with no orderly end, as when the process is killed.
 async fn dying_server(cert: &Path, key: &Path) -> SocketAddr {
-    let cfg = tls::server_config(
-        tls::load_certs(cert).unwrap(),
-        tls::load_key(key).unwrap(),
-        &tls::ALPN_TCP,
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, acceptor, addr) = tls_listener(cert, key).await;
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
