@@ -112,10 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     while (args.rollout_steps * args.envs) % config.num_minibatches:
         config = ppo.PPOConfig(**{**asdict(config), "num_minibatches": config.num_minibatches // 2})
     deadline = time.monotonic() + args.max_minutes * 60.0
-    history: list[dict] = []
 
     def on_update(h: dict) -> bool:
-        history.append(h)
         rct = h.get("info/episode_mean_rct_ms", math.nan)
         print(
             f"floo: update {h['update']}, {h['steps']} steps, {h['seconds']:.0f} s, "

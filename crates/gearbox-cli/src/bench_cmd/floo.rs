@@ -106,8 +106,8 @@ pub fn run(a: FlooBenchArgs) -> anyhow::Result<()> {
         println!("| switcher: one {} switch | {ns:.0} |", mode.name());
     }
     if a.transfer_s > 0.0 {
-        let exe_dir = std::env::current_dir()?;
-        let model = exe_dir.join(&a.model_dir);
+        // The edge runs in another namespace and folder: give it an absolute path.
+        let model = std::env::current_dir()?.join(&a.model_dir);
         let cpu = whole_process(
             48.0,
             20,
