@@ -21,11 +21,16 @@ mod client;
 mod config;
 mod conn;
 mod error;
+mod exchange;
 pub mod gear;
+mod h1;
+mod h2;
+mod h3;
 mod page;
 pub mod race;
 pub mod replay;
 pub mod silence;
+mod tcp;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};
