@@ -59,6 +59,9 @@ pub struct Request {
     /// The client's fallback rules retry only idempotent requests over TCP once their
     /// QUIC connection failed with them in flight; others fail at once.
     pub idempotent: Option<bool>,
+    /// The path scheduler's reason when one chose `path_index` (multipath page loads,
+    /// `crate::multipath`); copied into the record with the path index.
+    pub path_decision: Option<String>,
 }
 
 impl Request {
@@ -75,6 +78,7 @@ impl Request {
             force_new_connection: false,
             discard_body: false,
             idempotent: None,
+            path_decision: None,
         }
     }
 
@@ -366,6 +370,8 @@ impl Client {
             error: result.as_ref().err().map(|e| e.kind().to_string()),
             retried_from: progress.retried_from,
             retry_lost_ms: progress.retry_lost_ms,
+            path_index: req.path_decision.as_ref().map(|_| req.path_index),
+            path_decision: req.path_decision.clone(),
         };
         self.inner.cfg.telemetry.write(&record);
         if let Some(t) = &record.transport {
@@ -477,7 +483,7 @@ impl Client {
         }
     }
 
-    fn local_for(&self, index: usize) -> Result<Option<IpAddr>, ClientError> {
+    pub(crate) fn local_for(&self, index: usize) -> Result<Option<IpAddr>, ClientError> {
         let addrs = &self.inner.cfg.local_addrs;
         if addrs.is_empty() {
             return if index == 0 {
@@ -507,7 +513,7 @@ fn intended_protocol(pref: TransportPref) -> Protocol {
 }
 
 /// Resolves the URL's host; with a bound local path, to an address of its family.
-async fn resolve(url: &ParsedUrl, local: Option<IpAddr>) -> Result<Target, ClientError> {
+pub(crate) async fn resolve(url: &ParsedUrl, local: Option<IpAddr>) -> Result<Target, ClientError> {
     let resolve_err = |reason: String| ClientError::Resolve {
         host: url.authority.clone(),
         reason,

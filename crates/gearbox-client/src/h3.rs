@@ -200,7 +200,6 @@ impl Client {
         req: &Request,
         p: &mut Progress,
     ) -> Result<Exchanged, Failure> {
-        let cfg = &self.inner.cfg;
         let addr = dial.target.addr.to_string();
         let quic_failure = |error: ClientError| Failure {
             error,
@@ -209,56 +208,10 @@ impl Client {
             sent: false,
         };
         let request = h3_request(url, req)?;
-        let slot = self.inner.pools.h3.slot(key);
-        let waiting_since = Instant::now();
-        let mut guard = slot.lock().await;
-        let (conn, new) = match &guard.conn {
-            Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
-            _ => {
-                if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
-                    return Err(quic_failure(why.same_again()));
-                }
-                let endpoint = self
-                    .inner
-                    .pools
-                    .h3
-                    .endpoint(dial.local, dial.target.addr.is_ipv6())
-                    .map_err(|e| {
-                        quic_failure(ClientError::Quic {
-                            addr: addr.clone(),
-                            reason: format!("cannot open a UDP socket: {e}"),
-                        })
-                    })?;
-                let cc = cfg.quic_cc.name();
-                let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
-                let bounded = Dial {
-                    target: dial.target,
-                    local: dial.local,
-                    tcp_cc: dial.tcp_cc,
-                    connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
-                };
-                let opened = open_h3(
-                    &bounded,
-                    &endpoint,
-                    self.inner.quic.clone(),
-                    cc,
-                    self.next_id(),
-                    cfg.idle_timeout,
-                )
-                .await;
-                let c = match opened {
-                    Ok(c) => Arc::new(c),
-                    Err(e) => {
-                        guard.failed = Some((Instant::now(), e.same_again()));
-                        return Err(quic_failure(e));
-                    }
-                };
-                guard.conn = Some(c.clone());
-                guard.failed = None;
-                (c, true)
-            }
-        };
-        drop(guard);
+        let (conn, new) = self
+            .h3_connection(key, dial, req.force_new_connection)
+            .await
+            .map_err(quic_failure)?;
         p.attach(
             &conn.info,
             new,
@@ -299,6 +252,69 @@ impl Client {
                 })
             }
         }
+    }
+
+    /// The origin's HTTP/3 connection on the path of `key` (and whether it is new):
+    /// the pooled one while it is reusable and `force_new` is not set, else a new one,
+    /// its handshake bounded by `crate::silence::handshake_grace` (or the connect
+    /// timeout, if shorter). Requests that waited for a handshake that failed fail
+    /// with it.
+    pub(crate) async fn h3_connection(
+        &self,
+        key: &Key,
+        dial: &Dial<'_>,
+        force_new: bool,
+    ) -> Result<(Arc<H3Conn>, bool), ClientError> {
+        let cfg = &self.inner.cfg;
+        let slot = self.inner.pools.h3.slot(key);
+        let waiting_since = Instant::now();
+        let mut guard = slot.lock().await;
+        let (conn, new) = match &guard.conn {
+            Some(c) if !force_new && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
+            _ => {
+                if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
+                    return Err(why.same_again());
+                }
+                let endpoint = self
+                    .inner
+                    .pools
+                    .h3
+                    .endpoint(dial.local, dial.target.addr.is_ipv6())
+                    .map_err(|e| ClientError::Quic {
+                        addr: dial.target.addr.to_string(),
+                        reason: format!("cannot open a UDP socket: {e}"),
+                    })?;
+                let cc = cfg.quic_cc.name();
+                let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
+                let bounded = Dial {
+                    target: dial.target,
+                    local: dial.local,
+                    tcp_cc: dial.tcp_cc,
+                    connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
+                };
+                let opened = open_h3(
+                    &bounded,
+                    &endpoint,
+                    self.inner.quic.clone(),
+                    cc,
+                    self.next_id(),
+                    cfg.idle_timeout,
+                )
+                .await;
+                let c = match opened {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        guard.failed = Some((Instant::now(), e.same_again()));
+                        return Err(e);
+                    }
+                };
+                guard.conn = Some(c.clone());
+                guard.failed = None;
+                (c, true)
+            }
+        };
+        drop(guard);
+        Ok((conn, new))
     }
 
     /// One request and its response on an HTTP/3 connection; on failure, the error and
