@@ -10,17 +10,20 @@
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use gearbox_cc::{QuicCc, TcpCc};
-use gearbox_client::replay::{replay, RecordLog, RecordingGear, ReplayOptions, Summary};
+use gearbox_client::multipath::check_local_addrs;
+use gearbox_client::replay::{replay, PathScheduling, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{
     Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
+use gearbox_gears::path::{scheduler as path_scheduler, SCHEDULERS};
 use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
-use gearbox_workload::{Limit, WorkloadSpec};
+use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
 /// Where `get` looks for the system's CA bundle when neither `--ca` nor `--insecure` is given.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -128,6 +131,9 @@ pub struct ConnArgs {
     /// Kernel TCP congestion control set on each socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered on first use; needs root) (default: the system's).
     #[arg(long, value_name = "CC", value_parser = parse_tcp_cc)]
     pub tcp_cc: Option<TcpCc>,
+    /// Open TCP connections over Multipath TCP (the kernel's; needs net.mptcp.enabled = 1): the kernel adds subflows over the endpoints set with `ip mptcp endpoint` and schedules packets on them.
+    #[arg(long)]
+    pub mptcp: bool,
     /// Bound on opening a connection (TCP+TLS or QUIC handshake), seconds.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub connect_timeout_s: f64,
@@ -157,6 +163,7 @@ impl ConnArgs {
             quic_cc: self.quic_cc,
             quic_initial_window_packets: self.quic_iw,
             tcp_cc: self.tcp_cc,
+            mptcp: self.mptcp,
             connect_timeout: seconds("--connect-timeout-s", self.connect_timeout_s)?,
             request_timeout: seconds("--timeout-s", self.timeout_s)?,
             telemetry,
@@ -294,6 +301,14 @@ pub struct LoadArgs {
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Local addresses of a multipath client, one per path, comma-separated (the same as
+    /// repeating --local-addr). Each must be an address of this host.
+    #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',', conflicts_with = "local_addr")]
+    pub paths: Vec<IpAddr>,
+    /// Path scheduler of page workloads: every page load goes over HTTP/3 on all the
+    /// paths, each request on the path this scheduler picks (docs/client.md, "Multipath").
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(SCHEDULERS))]
+    pub scheduler: Option<String>,
     #[command(flatten)]
     pub conn: ConnArgs,
 }
@@ -314,6 +329,32 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     if !target.starts_with("https://") {
         bail!("--target must be an https:// URL of the edge, got {:?}", a.target);
     }
+    let mut conn = a.conn;
+    if !a.paths.is_empty() {
+        conn.local_addr = a.paths.clone();
+    }
+    check_local_addrs(&conn.local_addr).map_err(|e| anyhow!("--paths: {e}"))?;
+    let path_scheduler = match &a.scheduler {
+        None => None,
+        Some(name) => {
+            if !matches!(spec.pattern(), Some(Pattern::Page(_))) {
+                bail!(
+                    "--scheduler schedules the requests of page loads; workload {} has no pages (use --workload page)",
+                    spec.name
+                );
+            }
+            if !matches!(a.proto, None | Some(Proto::Quic)) {
+                bail!("--scheduler loads pages over HTTP/3 on every path; leave --proto out or set it to quic");
+            }
+            // Checked here so that a bad name fails before anything is sent.
+            path_scheduler(name)?;
+            let owned = name.clone();
+            Some(PathScheduling {
+                name: name.clone(),
+                make: Arc::new(move || path_scheduler(&owned).expect("checked above")),
+            })
+        }
+    };
     let (transport, gear) = a.gear.resolve(a.proto)?;
     let requests = spec.generate(a.seed, limit);
     if requests.is_empty() {
@@ -325,12 +366,13 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         let sink = telemetry_sink(a.telemetry.as_deref())?;
         let log = RecordLog::new();
         let gear = RecordingGear::new(gear, log.clone());
-        let client = Client::with_gear(a.conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
+        let client = Client::with_gear(conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
         let options = ReplayOptions {
             target,
             transport,
             time_scale: a.time_scale,
-            paths: a.conn.local_addr.len().max(1),
+            paths: conn.local_addr.len().max(1),
+            path_scheduler,
         };
         let page_loads = replay(&client, &spec, a.seed, &requests, &options).await?;
         client.flush_telemetry().await;

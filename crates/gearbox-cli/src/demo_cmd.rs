@@ -212,6 +212,7 @@ fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
                 transport,
                 time_scale: a.time_scale,
                 paths: 1,
+                path_scheduler: None,
             };
             replay_requests(&client, &requests, &options).await?;
             client.flush_telemetry().await;

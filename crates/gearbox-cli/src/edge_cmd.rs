@@ -75,6 +75,9 @@ pub struct EdgeArgs {
     /// Do not send Alt-Svc for h3.
     #[arg(long)]
     pub no_alt_svc: bool,
+    /// Listen for TCP over Multipath TCP (the kernel's; needs net.mptcp.enabled = 1): MPTCP clients get a subflow per path, others plain TCP.
+    #[arg(long)]
+    pub mptcp: bool,
     /// Added processing time of every request served over TCP, ms (a deliberately changed
     /// server, for generalisation experiments) [default: 0].
     #[arg(long, value_name = "MS")]
@@ -122,6 +125,9 @@ impl EdgeArgs {
         }
         if self.no_alt_svc {
             c.alt_svc = false;
+        }
+        if self.mptcp {
+            c.mptcp = true;
         }
         Ok(c)
     }

@@ -439,6 +439,7 @@ impl Client {
             target: &target,
             local,
             tcp_cc: self.inner.cfg.tcp_cc,
+            mptcp: self.inner.cfg.mptcp,
             connect_timeout: self.inner.cfg.connect_timeout,
         };
         let can_fall_back =

@@ -23,6 +23,11 @@ pub struct ClientConfig {
     /// Kernel congestion controller of TCP connections, set with `TCP_CONGESTION` before
     /// connect (None: the system default).
     pub tcp_cc: Option<TcpCc>,
+    /// Open TCP connections over Multipath TCP (the kernel's, RFC 8684): the socket is
+    /// `IPPROTO_MPTCP`, and the kernel adds subflows over the endpoints configured with
+    /// `ip mptcp endpoint` and schedules packets on them itself. Needs
+    /// `net.mptcp.enabled = 1`; a server without MPTCP gets plain TCP.
+    pub mptcp: bool,
     /// Bound on opening a connection: TCP connect plus TLS handshake, or the QUIC handshake.
     pub connect_timeout: Duration,
     /// Bound on a whole request, from its start (including any connection setup and
@@ -46,6 +51,7 @@ impl Default for ClientConfig {
             quic_cc: QuicCc::CUBIC,
             quic_initial_window_packets: None,
             tcp_cc: None,
+            mptcp: false,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
@@ -63,6 +69,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("quic_cc", &self.quic_cc)
             .field("quic_initial_window_packets", &self.quic_initial_window_packets)
             .field("tcp_cc", &self.tcp_cc)
+            .field("mptcp", &self.mptcp)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)

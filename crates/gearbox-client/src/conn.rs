@@ -90,6 +90,8 @@ pub(crate) struct Dial<'a> {
     pub target: &'a Target,
     pub local: Option<IpAddr>,
     pub tcp_cc: Option<gearbox_cc::TcpCc>,
+    /// TCP over Multipath TCP (`ClientConfig::mptcp`).
+    pub mptcp: bool,
     pub connect_timeout: Duration,
 }
 

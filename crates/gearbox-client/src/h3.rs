@@ -290,6 +290,7 @@ impl Client {
                     target: dial.target,
                     local: dial.local,
                     tcp_cc: dial.tcp_cc,
+                    mptcp: dial.mptcp,
                     connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
                 };
                 let opened = open_h3(
@@ -357,6 +358,7 @@ impl Client {
             }
         };
         let (mut stream, response) = before_response.await.map_err(|e| (fail(e.to_string()), true))?;
+        p.headers(response.status().as_u16());
         let mut body = BytesMut::new();
         loop {
             match stream.recv_data().await {

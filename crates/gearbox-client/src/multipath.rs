@@ -264,8 +264,8 @@ fn browser_rank(kind: ObjectKind) -> u8 {
 }
 
 /// Checks that every local path address is an address of this host by binding a UDP
-/// socket to it.
-fn check_local_addrs(addrs: &[IpAddr]) -> Result<(), ClientError> {
+/// socket to it; the error names the first that is not.
+pub fn check_local_addrs(addrs: &[IpAddr]) -> Result<(), ClientError> {
     for &addr in addrs {
         std::net::UdpSocket::bind(SocketAddr::new(addr, 0)).map_err(|e| ClientError::LocalAddr {
             addr,
@@ -296,6 +296,7 @@ impl Client {
             target: &target,
             local,
             tcp_cc: self.inner.cfg.tcp_cc,
+            mptcp: self.inner.cfg.mptcp,
             connect_timeout: self.inner.cfg.connect_timeout,
         };
         self.h3_connection(&key, &dial, fresh).await.map(|_| ())

@@ -27,8 +27,10 @@ use gearbox_dataplane::telemetry::ClientRecord;
 use gearbox_workload::{Pattern, WorkloadError, WorkloadSpec};
 
 use crate::client::{Client, Request};
+use crate::multipath::MultipathOptions;
 use crate::page::PageLoadOptions;
 use crate::{Decision, StaticTransport, TransportChoice, TransportGear, TransportPref};
+use gearbox_gear_api::PathGear;
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,28 @@ pub struct ReplayOptions {
     pub time_scale: f64,
     /// Local paths of the client: a request goes on path `client_index % paths`.
     pub paths: usize,
+    /// Page workloads with a path scheduler: every page load runs over HTTP/3 on all
+    /// the client's paths, each request on the path a fresh scheduler of this kind
+    /// picks ([`Client::load_page_multipath`]; one scheduler per page load, SAILfish's
+    /// epoch). `None`: page loads on one path as above.
+    pub path_scheduler: Option<PathScheduling>,
+}
+
+/// Makes a path scheduler for each multipath page load of a replay.
+#[derive(Clone)]
+pub struct PathScheduling {
+    /// The scheduler's name (for people).
+    pub name: String,
+    /// Makes a new scheduler.
+    pub make: Arc<dyn Fn() -> Box<dyn PathGear> + Send + Sync>,
+}
+
+impl std::fmt::Debug for PathScheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathScheduling")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReplayOptions {
@@ -190,12 +214,33 @@ pub async fn replay_pages(
         };
         let client = client.clone();
         let origin = options.target.clone();
+        let scheduling = options.path_scheduler.clone();
+        let multipath = MultipathOptions {
+            click: Some(first.click),
+            fresh_connections: first.new_connection,
+        };
+        let click = first.click;
         running.spawn(async move {
-            client
-                .load_page_with(&origin, &page, &page_options)
-                .await
-                .ok()
-                .map(|p| p.page_load_ms)
+            match scheduling {
+                Some(scheduling) => {
+                    let mut scheduler = (scheduling.make)();
+                    match client
+                        .load_page_multipath(&origin, &page, scheduler.as_mut(), &multipath)
+                        .await
+                    {
+                        Ok(load) => Some(load.page.page_load_ms),
+                        Err(e) => {
+                            tracing::warn!(click, error = %e, "multipath page load failed");
+                            None
+                        }
+                    }
+                }
+                None => client
+                    .load_page_with(&origin, &page, &page_options)
+                    .await
+                    .ok()
+                    .map(|p| p.page_load_ms),
+            }
         });
     }
     let mut loads = Vec::new();
@@ -541,6 +586,7 @@ mod tests {
             transport: TransportPref::Tcp,
             time_scale,
             paths,
+            path_scheduler: None,
         };
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             assert!(

@@ -56,12 +56,25 @@ pub(crate) async fn open_tcp_tls(dial: &Dial<'_>, tls: &tokio_rustls::TlsConnect
         source,
     };
     let work = async {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()
+        let socket = if dial.mptcp {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::MPTCP),
+            )
+            .map_err(|e| {
+                connect_err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot open an MPTCP socket: {e}"),
+                ))
+            })?;
+            s.set_nonblocking(true).map_err(connect_err)?;
+            TcpSocket::from_std_stream(s.into())
+        } else if addr.is_ipv4() {
+            TcpSocket::new_v4().map_err(connect_err)?
         } else {
-            TcpSocket::new_v6()
-        }
-        .map_err(connect_err)?;
+            TcpSocket::new_v6().map_err(connect_err)?
+        };
         if let Some(ip) = dial.local {
             socket.bind(SocketAddr::new(ip, 0)).map_err(|e| {
                 connect_err(std::io::Error::new(

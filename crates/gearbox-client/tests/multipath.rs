@@ -87,7 +87,7 @@ async fn every_scheduler_loads_a_page_over_two_paths_and_each_record_names_path_
             assert!(load.paths_down.is_empty(), "{name}: {:?}", load.paths_down);
             let mut used = HashMap::new();
             for o in &load.page.objects {
-                assert_eq!(o.status, 200, "{name}");
+                assert_eq!((o.status, o.record.status), (200, Some(200)), "{name}");
                 assert_eq!(o.record.protocol, Protocol::H3);
                 assert_eq!(o.record.bytes, page.objects[o.id].size_bytes, "{name}: whole body");
                 let path = o.record.path_index.expect("record names the path");

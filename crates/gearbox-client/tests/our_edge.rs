@@ -47,3 +47,67 @@ async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol()
     let _ = stop.send(());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
 }
+
+/// A counter of the kernel's MPTCP MIB (`/proc/net/netstat`, `MPTcpExt` lines).
+fn mptcp_counter(name: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").expect("/proc/net/netstat");
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("MPTcpExt:")).collect();
+    assert_eq!(lines.len(), 2, "this kernel has no MPTCP counters (is MPTCP built in?)");
+    let names = lines[0].split_whitespace().skip(1);
+    let values = lines[1].split_whitespace().skip(1);
+    names
+        .zip(values)
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no MPTCP counter {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mptcp_client_and_edge_agree_on_multipath_tcp_and_serve_http2() {
+    let enabled = std::fs::read_to_string("/proc/sys/net/mptcp/enabled").unwrap_or_default();
+    assert_eq!(
+        enabled.trim(),
+        "1",
+        "MPTCP is off in this kernel: `sysctl -w net.mptcp.enabled=1` (the MPTCP peer needs it)"
+    );
+    let site = Site::new();
+    let edge = site
+        .edge(gearbox_edge::EdgeConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            mptcp: true,
+            ..gearbox_edge::EdgeConfig::default()
+        })
+        .await;
+    let tcp = edge.tcp_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = gearbox_client::Client::new(gearbox_client::ClientConfig {
+        mptcp: true,
+        ..site.config()
+    })
+    .expect("client");
+    let before = mptcp_counter("MPCapableSYNACKRX");
+    bounded(async {
+        let url = format!("https://{tcp}/bytes/200000");
+        let got = client
+            .request(Request::get(&url, TransportPref::Tcp))
+            .await
+            .expect("GET over MPTCP");
+        assert_eq!(
+            (got.status, got.record.protocol, got.body.len()),
+            (200, Protocol::H2, 200_000)
+        );
+    })
+    .await;
+    // The client's SYN asked for MPTCP and the edge's SYN-ACK agreed (a kernel or
+    // listener without MPTCP would have fallen back to TCP without it).
+    assert!(
+        mptcp_counter("MPCapableSYNACKRX") > before,
+        "no MP_CAPABLE SYN-ACK was received"
+    );
+    drop(client);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
+}

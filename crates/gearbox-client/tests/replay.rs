@@ -42,6 +42,7 @@ async fn replay_against_our_edge(
         // Think times of minutes would make a slow test; the order and overlap stay.
         time_scale: 0.001,
         paths: 1,
+        path_scheduler: None,
     };
     let page_loads = bounded(replay(&client, &spec, 3, &requests, &options))
         .await

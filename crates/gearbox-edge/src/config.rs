@@ -49,6 +49,10 @@ pub struct EdgeConfig {
     pub telemetry: Option<PathBuf>,
     /// Advertise HTTP/3 with `Alt-Svc` on TCP responses.
     pub alt_svc: bool,
+    /// Listen for TCP over Multipath TCP (the kernel's, RFC 8684): the listener is an
+    /// `IPPROTO_MPTCP` socket, so a client that speaks MPTCP gets a subflow on each of
+    /// its paths and any other client plain TCP. Needs `net.mptcp.enabled = 1`.
+    pub mptcp: bool,
     /// Idle timeout of QUIC connections, milliseconds.
     pub idle_timeout_ms: u64,
     /// Bound on a TLS or QUIC handshake, milliseconds.
@@ -82,6 +86,7 @@ impl Default for EdgeConfig {
             upstream: None,
             telemetry: None,
             alt_svc: true,
+            mptcp: false,
             idle_timeout_ms: 30_000,
             handshake_timeout_ms: 10_000,
             tcp_processing_ms: 0,

@@ -105,6 +105,22 @@ fn check_tcp_cc(cc: gearbox_cc::TcpCc) -> Result<(), EdgeError> {
     })
 }
 
+/// A listener on an `IPPROTO_MPTCP` socket (the edge's `mptcp` setting): the kernel
+/// accepts MPTCP connections and their subflows on it, and plain TCP from clients that
+/// do not ask for MPTCP.
+fn mptcp_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::MPTCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(socket.into())
+}
+
 fn bind_error(what: &'static str, addr: SocketAddr, e: &std::io::Error) -> EdgeError {
     let reason = match e.kind() {
         std::io::ErrorKind::AddrInUse => "the port is already in use; choose another with --listen".to_string(),
@@ -223,9 +239,13 @@ impl Edge {
                 .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?,
         );
 
-        let tcp = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| bind_error("TCP", config.listen, &e))?;
+        let tcp = if config.mptcp {
+            mptcp_listener(config.listen).map_err(|e| bind_error("MPTCP", config.listen, &e))?
+        } else {
+            tokio::net::TcpListener::bind(config.listen)
+                .await
+                .map_err(|e| bind_error("TCP", config.listen, &e))?
+        };
         let tcp_addr = tcp.local_addr().map_err(|e| bind_error("TCP", config.listen, &e))?;
         let tcp_iw = match &config.cwnd_table {
             Some(path) => {

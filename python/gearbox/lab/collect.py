@@ -39,6 +39,8 @@ RECORD_TYPES: dict[str, str] = {
     "click": "int64",
     "retried_from": "string",
     "retry_lost_ms": "float64",
+    "path_index": "int64",
+    "path_decision": "string",
     "transport_cc": "string",
     "transport_rtt_ms": "float64",
     "transport_min_rtt_ms": "float64",

@@ -1,0 +1,136 @@
+//! Multipath page loads across two emulated paths (docs/client.md "Multipath"): our
+//! edge in the server namespace, `gearbox load --workload page --paths A,B --scheduler
+//! NAME` in the client namespace, each path its own pair of links. Every scheduler
+//! loads its pages with every object on the path it chose; a path whose links start
+//! dropping everything mid-load is taken out and its requests go on the other.
+//!
+//! Figures are printed (mean object completion and page load time per scheduler), not
+//! asserted: timings depend on the machine. Needs root and /dev/net/tun, like every
+//! emulator test, and the `gearbox` binary.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{config, gearbox_bin, scratch, setup};
+use gearbox_emu::RunOptions;
+
+/// Path 0: 20 Mbit/s, 10 ms each way; path 1: 5 Mbit/s, 30 ms each way (a WiFi-like
+/// and an LTE-like path); `extra` is appended to path 1's links (a schedule).
+fn two_paths(extra_path1: &str) -> gearbox_emu::EmuConfig {
+    let link = |rate: u64, delay: f64, dir: &str, extra: &str| {
+        format!(
+            "rate_bps = {rate}\ndelay_ms = {delay}\nbase_rtt_ms = {}\n[path.{dir}.queue]\nlimit_bdp = 2.0\n{extra}",
+            2.0 * delay
+        )
+    };
+    config(&format!(
+        "topology = \"multipath\"\n\
+         [[path]]\nname = \"wifi\"\n[path.uplink]\n{}\n[path.downlink]\n{}\n\
+         [[path]]\nname = \"lte\"\n[path.uplink]\n{}\n[path.downlink]\n{}\n",
+        link(20_000_000, 10.0, "uplink", ""),
+        link(20_000_000, 10.0, "downlink", ""),
+        link(5_000_000, 30.0, "uplink", &extra_path1.replace("{dir}", "uplink")),
+        link(5_000_000, 30.0, "downlink", &extra_path1.replace("{dir}", "downlink")),
+    ))
+}
+
+/// Runs the edge and `gearbox load` of the page workload with `scheduler` across
+/// `emu`; returns the client records.
+fn load(name: &str, emu: &gearbox_emu::EmuConfig, scheduler: &str) -> Vec<serde_json::Value> {
+    let bin = gearbox_bin();
+    let dir = scratch(&format!("multipath-{name}"));
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).unwrap();
+    let telemetry = dir.join("client.jsonl");
+    let _ = std::fs::remove_file(&telemetry);
+    let options = RunOptions {
+        server: Some(format!(
+            "exec {} edge --listen 10.0.0.1:4433 --cert {} --key {}",
+            bin.display(),
+            cert.display(),
+            key.display()
+        )),
+        client: Some(format!(
+            "exec {} load --workload page --seed 3 --requests 60 --time-scale 0.01 \
+             --target https://10.0.0.1:4433 --insecure --paths \"$GEARBOX_CLIENT_ADDRS\" \
+             --scheduler {scheduler} --telemetry {} --json > {}",
+            bin.display(),
+            telemetry.display(),
+            dir.join("load.json").display()
+        )),
+        duration: Some(Duration::from_secs(90)),
+        ready_ports: vec!["4433/tcp".parse().unwrap(), "4433/udp".parse().unwrap()],
+        ..RunOptions::default()
+    };
+    let outcome = gearbox_emu::run(emu, &options).unwrap_or_else(|e| panic!("emu run: {e}"));
+    assert_eq!(outcome.exit_code, 0, "{name}: gearbox load failed");
+    read_records(&telemetry)
+}
+
+fn read_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+#[test]
+fn every_scheduler_loads_pages_over_two_emulated_paths() {
+    let _guard = setup();
+    let emu = two_paths("");
+    for scheduler in ["minrtt", "round-robin", "single-best", "ecf", "blest"] {
+        let records = load(scheduler, &emu, scheduler);
+        assert!(records.len() >= 20, "{scheduler}: only {} requests", records.len());
+        let mut per_path = [0usize; 2];
+        let mut rct = Vec::new();
+        for r in &records {
+            assert!(r["error"].is_null(), "{scheduler}: {r}");
+            assert_eq!(r["protocol"], "h3");
+            let path = r["path_index"].as_u64().expect("path_index") as usize;
+            let reason = r["path_decision"].as_str().expect("path_decision");
+            assert!(reason.starts_with(&format!("{scheduler}:")), "{reason}");
+            let local = r["local_addr"].as_str().unwrap();
+            assert!(
+                local.starts_with(&format!("100.64.{path}.1:")),
+                "path {path} left from {local}"
+            );
+            per_path[path] += 1;
+            rct.push(r["rct_ms"].as_f64().unwrap());
+        }
+        if scheduler == "round-robin" {
+            assert!(per_path.iter().all(|&n| n > 0), "round-robin uses both: {per_path:?}");
+        }
+        let mean = rct.iter().sum::<f64>() / rct.len() as f64;
+        println!(
+            "{scheduler:>12}: {} objects, per path {per_path:?}, mean object completion {mean:.1} ms",
+            records.len()
+        );
+    }
+}
+
+#[test]
+fn a_path_that_goes_dark_mid_load_is_taken_out_and_every_object_arrives() {
+    let _guard = setup();
+    // Path 1 drops every UDP packet both ways from 1.5 s into the run.
+    let dark = "[[path.{dir}.schedule]]\nat_ms = 1500.0\npolicer = { action = \"block\", protocol = \"udp\" }\n";
+    let records = load("dark", &two_paths(dark), "round-robin");
+    let failed: Vec<_> = records.iter().filter(|r| !r["error"].is_null()).collect();
+    let done: Vec<_> = records.iter().filter(|r| r["error"].is_null()).collect();
+    for r in &failed {
+        assert_eq!(r["path_index"], 1, "only the dark path fails: {r}");
+    }
+    let reissued = done
+        .iter()
+        .filter(|r| r["path_decision"].as_str().unwrap_or("").contains(";reissued-from=1"))
+        .count();
+    assert_eq!(reissued, failed.len(), "every failed request was sent again");
+    println!(
+        "dark path: {} objects, {} failed on path 1 and were re-issued on path 0",
+        done.len(),
+        failed.len()
+    );
+}
