@@ -134,3 +134,72 @@ fn a_path_that_goes_dark_mid_load_is_taken_out_and_every_object_arrives() {
         failed.len()
     );
 }
+
+/// One `MPTcpExt` counter from a copy of a namespace's `/proc/net/netstat`.
+fn mptcp_counter(netstat: &str, name: &str) -> u64 {
+    let lines: Vec<&str> = netstat.lines().filter(|l| l.starts_with("MPTcpExt:")).collect();
+    assert_eq!(lines.len(), 2, "no MPTCP counters in the client namespace");
+    lines[0]
+        .split_whitespace()
+        .zip(lines[1].split_whitespace())
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no MPTCP counter {name}"))
+}
+
+#[test]
+fn kernel_mptcp_carries_http2_page_loads_over_both_emulated_paths() {
+    let _guard = setup();
+    let enabled = std::fs::read_to_string("/proc/sys/net/mptcp/enabled").unwrap_or_default();
+    assert_eq!(enabled.trim(), "1", "MPTCP is off: `sysctl -w net.mptcp.enabled=1`");
+    let bin = gearbox_bin();
+    let dir = scratch("multipath-mptcp");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).unwrap();
+    let telemetry = dir.join("client.jsonl");
+    let netstat = dir.join("netstat.txt");
+    let _ = std::fs::remove_file(&telemetry);
+    // The lab's MPTCP setup: the edge listens on an MPTCP socket; the client namespace
+    // has path 1's address as a subflow endpoint, so the kernel joins a second subflow
+    // over it to every connection made from path 0's address (the kernel's default
+    // scheduler then spreads packets over both).
+    let limits = "ip mptcp limits set subflow 2 add_addr_accepted 2";
+    let options = RunOptions {
+        server: Some(format!(
+            "{limits} && exec {} edge --mptcp --listen 10.0.0.1:4433 --cert {} --key {}",
+            bin.display(),
+            cert.display(),
+            key.display()
+        )),
+        client: Some(format!(
+            "{limits} && ip mptcp endpoint add 100.64.1.1 dev gbx0 subflow && \
+             {} load --workload page --seed 3 --requests 60 --time-scale 0.01 --proto tcp --mptcp \
+             --local-addr 100.64.0.1 --target https://10.0.0.1:4433 --insecure --telemetry {} --json > /dev/null; \
+             rc=$?; cat /proc/net/netstat > {}; exit $rc",
+            bin.display(),
+            telemetry.display(),
+            netstat.display()
+        )),
+        duration: Some(Duration::from_secs(90)),
+        ready_ports: vec!["4433/tcp".parse().unwrap(), "4433/udp".parse().unwrap()],
+        ..RunOptions::default()
+    };
+    let outcome = gearbox_emu::run(&two_paths(""), &options).unwrap_or_else(|e| panic!("emu run: {e}"));
+    assert_eq!(outcome.exit_code, 0, "gearbox load over MPTCP failed");
+    let records = read_records(&telemetry);
+    assert!(records.len() >= 20, "only {} requests", records.len());
+    for r in &records {
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["protocol"], "h2");
+    }
+    let netstat = std::fs::read_to_string(&netstat).unwrap();
+    let capable = mptcp_counter(&netstat, "MPCapableSYNACKRX");
+    let joined = mptcp_counter(&netstat, "MPJoinSynAckRx");
+    assert!(capable > 0, "the edge did not agree to MPTCP");
+    assert!(joined > 0, "no second subflow joined over path 1");
+    let mean = records.iter().map(|r| r["rct_ms"].as_f64().unwrap()).sum::<f64>() / records.len() as f64;
+    println!(
+        "mptcp: {} objects, {capable} MPTCP connections, {joined} subflows joined, mean object completion {mean:.1} ms",
+        records.len()
+    );
+}
