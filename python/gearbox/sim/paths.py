@@ -58,9 +58,31 @@ base_rtt_ms = 80.0
 # (100 ms units), cwnd (log2 of packets), lost and sent packets since the previous decision
 # (log1p), outstanding response bytes (log1p of kB) and streams in flight; then the
 # stream's log1p size (kB) and urgency / 7.
-PATH_FEATURES = 9 + RTT_HISTORY
-STREAM_FEATURES = 2
 OBS_MAX = 1e4
+
+
+PATH_FEATURE_NAMES = (
+    "connected",
+    "log2_delivery_rate_mbps",
+    "srtt_100ms",
+    "min_rtt_100ms",
+    *(f"srtt_hist{i}_100ms" for i in range(RTT_HISTORY)),
+    "log2_cwnd_packets",
+    "log1p_lost_packets",
+    "log1p_sent_packets",
+    "log1p_outstanding_kb",
+    "streams_in_flight",
+)
+STREAM_FEATURE_NAMES = ("log1p_size_kb", "urgency_7")
+
+
+PATH_FEATURES = len(PATH_FEATURE_NAMES)
+STREAM_FEATURES = len(STREAM_FEATURE_NAMES)
+
+
+def feature_names(paths: int) -> list[str]:
+    """The observation's names, in order, for a client with `paths` paths."""
+    return [f"p{i}_{n}" for i in range(paths) for n in PATH_FEATURE_NAMES] + list(STREAM_FEATURE_NAMES)
 
 
 def path_features(p: dict[str, Any]) -> list[float]:
