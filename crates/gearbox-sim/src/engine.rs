@@ -1034,6 +1034,8 @@ impl Sim {
             error: None,
             retried_from: None,
             retry_lost_ms: None,
+            path_index: None,
+            path_decision: None,
         };
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
