@@ -16,11 +16,15 @@
 //! | `single-best` | the path with the highest throughput estimate, kept for the whole load | the single-path baseline |
 //! | `ecf` | Earliest Completion First on whole streams | Lim et al., CoNEXT 2017 |
 //! | `blest` | BLocking ESTimation on whole streams | Ferlin et al., IFIP Networking 2016 |
+//!
+//! The learned scheduler, [`SailfishGear`] (SAILfish §4.2), needs a model directory, so
+//! it is made by [`SailfishGear::load`] rather than by name.
 
 mod blest;
 mod ecf;
 mod min_rtt;
 mod round_robin;
+pub mod sailfish;
 mod single_best;
 
 pub use blest::Blest;
@@ -28,6 +32,7 @@ pub use ecf::Ecf;
 pub use gearbox_gear_api::{PathGear, PathRequest, PathState, SRTT_HISTORY};
 pub use min_rtt::MinRtt;
 pub use round_robin::RoundRobin;
+pub use sailfish::SailfishGear;
 pub use single_best::SingleBest;
 
 /// Names of the schedulers [`scheduler`] makes, as `--scheduler` takes them.
