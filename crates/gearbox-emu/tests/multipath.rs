@@ -120,6 +120,7 @@ fn a_path_that_goes_dark_mid_load_is_taken_out_and_every_object_arrives() {
     let records = load("dark", &two_paths(dark), "round-robin");
     let failed: Vec<_> = records.iter().filter(|r| !r["error"].is_null()).collect();
     let done: Vec<_> = records.iter().filter(|r| r["error"].is_null()).collect();
+    assert!(!failed.is_empty(), "no request was caught on path 1 when it went dark");
     for r in &failed {
         assert_eq!(r["path_index"], 1, "only the dark path fails: {r}");
     }
