@@ -21,7 +21,7 @@ use gearbox_client::{
     Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
-use gearbox_gears::path::{scheduler as path_scheduler, SCHEDULERS};
+use gearbox_gears::path::{scheduler as path_scheduler, SailfishGear, SCHEDULERS};
 use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
@@ -264,6 +264,37 @@ fn http_method(m: &str) -> anyhow::Result<Method> {
     Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| anyhow!("--method {m:?} is not an HTTP method"))
 }
 
+/// The name `--scheduler` takes for the learned SAILfish policy.
+const SAILFISH: &str = "sailfish";
+
+/// What makes each page load's scheduler: a heuristic by name, or SAILfish's policy in
+/// `model_dir`, checked once here (refused when it was trained for another number of
+/// paths, then MinRTT with a warning: docs/client.md "Multipath").
+fn path_scheduling(name: &str, model_dir: &Path, paths: usize) -> anyhow::Result<PathScheduling> {
+    if name == SAILFISH {
+        match SailfishGear::load(model_dir, paths) {
+            Ok(_) => {
+                let dir = model_dir.to_path_buf();
+                return Ok(PathScheduling {
+                    name: name.to_string(),
+                    make: Arc::new(move || SailfishGear::load_or_minrtt(&dir, paths).0),
+                });
+            }
+            Err(e) => {
+                eprintln!("gearbox load: warning: --scheduler sailfish: {e}; scheduling by minrtt instead");
+                return path_scheduling("minrtt", model_dir, paths);
+            }
+        }
+    }
+    // Checked here so that a bad name fails before anything is sent.
+    path_scheduler(name)?;
+    let owned = name.to_string();
+    Ok(PathScheduling {
+        name: name.to_string(),
+        make: Arc::new(move || path_scheduler(&owned).expect("checked above")),
+    })
+}
+
 /// `n` bytes of request body (contents do not matter to `/bytes/{n}`).
 fn bytes_of(n: usize) -> Bytes {
     Bytes::from(vec![b'x'; n])
@@ -307,8 +338,13 @@ pub struct LoadArgs {
     pub paths: Vec<IpAddr>,
     /// Path scheduler of page workloads: every page load goes over HTTP/3 on all the
     /// paths, each request on the path this scheduler picks (docs/client.md, "Multipath").
-    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(SCHEDULERS))]
+    /// `sailfish` is the learned policy in --sailfish-model (MinRTT, with a warning, when
+    /// that policy cannot be used on this many paths).
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(SCHEDULERS.iter().copied().chain([SAILFISH])))]
     pub scheduler: Option<String>,
+    /// Model directory of `--scheduler sailfish` (policy.json and its sidecar, from `gearbox learn sailfish`).
+    #[arg(long, value_name = "DIR", default_value = "models/sailfish")]
+    pub sailfish_model: PathBuf,
     #[command(flatten)]
     pub conn: ConnArgs,
 }
@@ -346,13 +382,8 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             if !matches!(a.proto, None | Some(Proto::Quic)) {
                 bail!("--scheduler loads pages over HTTP/3 on every path; leave --proto out or set it to quic");
             }
-            // Checked here so that a bad name fails before anything is sent.
-            path_scheduler(name)?;
-            let owned = name.clone();
-            Some(PathScheduling {
-                name: name.clone(),
-                make: Arc::new(move || path_scheduler(&owned).expect("checked above")),
-            })
+            let paths = conn.local_addr.len().max(1);
+            Some(path_scheduling(name, &a.sailfish_model, paths)?)
         }
     };
     let (transport, gear) = a.gear.resolve(a.proto)?;
