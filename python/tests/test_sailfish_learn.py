@@ -89,6 +89,9 @@ def test_learn_sailfish_writes_a_policy_and_its_sidecar(tmp_path):
     model = json.loads((out / "policy.json").read_text())
     meta = json.loads((out / "policy.meta.json").read_text())
     assert model["feature_names"] == feature_names(2)
+    # The exported policy loads in the Rust gear and schedules a page.
+    load = SimPageLoad(TABLE_5_2[0].config(), 1).run("sailfish", out)
+    assert not load["timed_out"]
     assert [f["name"] for f in meta["features"]] == feature_names(2)
     assert meta["class_labels"] == ["path0", "path1"]
     assert meta["model_version"].startswith("sailfish-")
