@@ -92,6 +92,22 @@ impl PathState {
         }
     }
 
+    /// The path's window for the responses coming down it, bytes: the larger of the
+    /// client's own congestion window and one delivery rate × sRTT, what the path has
+    /// been delivering per round trip (the sender's window as the client sees it; the
+    /// client's own window stays near its initial value, since it sends only requests
+    /// and ACKs). `None` when neither is known.
+    pub fn window_bytes(&self) -> Option<u64> {
+        let delivered = match (self.delivery_rate_bps, self.srtt_ms) {
+            (Some(rate), Some(rtt)) => Some((rate as f64 / 8.0 * rtt / 1e3) as u64),
+            _ => None,
+        };
+        match (self.cwnd_bytes, delivered) {
+            (Some(c), Some(d)) => Some(c.max(d)),
+            (c, d) => c.or(d),
+        }
+    }
+
     /// Spread of the recent sRTT samples (largest minus smallest), milliseconds: the RTT
     /// deviation the ECF and BLEST rules add as their margin δ (0 with fewer than two).
     pub fn rtt_spread_ms(&self) -> f64 {
