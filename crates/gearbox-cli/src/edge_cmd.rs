@@ -82,6 +82,8 @@ pub struct EdgeArgs {
     /// Added processing time of every request served over QUIC, ms [default: 0].
     #[arg(long, value_name = "MS")]
     pub quic_processing_ms: Option<u64>,
+    #[command(flatten)]
+    pub control: crate::control_args::ControlArgs,
 }
 
 impl EdgeArgs {
@@ -123,6 +125,7 @@ impl EdgeArgs {
         if self.no_alt_svc {
             c.alt_svc = false;
         }
+        c.control = self.control.apply(c.control.take(), "edge-spool")?;
         Ok(c)
     }
 }
