@@ -78,9 +78,7 @@ impl ControlArgs {
             c.batch_records = n;
         }
         c.validate().map_err(|e| {
-            anyhow::anyhow!(
-                "{e} (flags: --control URL --token T --control-ca FILE [--spool DIR] [--policies DIR])"
-            )
+            anyhow::anyhow!("{e} (flags: --control URL --token T --control-ca FILE [--spool DIR] [--policies DIR])")
         })?;
         Ok(Some(c))
     }

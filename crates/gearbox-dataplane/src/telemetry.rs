@@ -83,7 +83,8 @@ impl TelemetrySink {
             Duration::from_millis(cfg.batch_interval_ms),
         ));
         Uploader::spawn(&uploader);
-        let mut sink = Self::start(file, Some(spool)).map_err(|e| ControlError::io(file.unwrap_or(Path::new("-")), e))?;
+        let mut sink =
+            Self::start(file, Some(spool)).map_err(|e| ControlError::io(file.unwrap_or(Path::new("-")), e))?;
         sink.uploader = Some(uploader);
         sink.final_upload = Duration::from_millis(cfg.final_upload_ms);
         Ok(sink)

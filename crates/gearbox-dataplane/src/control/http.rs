@@ -31,7 +31,9 @@ impl Target {
         };
         let uri: http::Uri = url.parse().map_err(|e| bad(format!("not a URL ({e})")))?;
         if uri.scheme_str() != Some("https") {
-            return Err(bad("the control plane is served over HTTPS only: https://HOST:PORT".into()));
+            return Err(bad(
+                "the control plane is served over HTTPS only: https://HOST:PORT".into()
+            ));
         }
         let host = uri
             .host()
@@ -81,7 +83,9 @@ pub struct ControlClient {
 
 impl std::fmt::Debug for ControlClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlClient").field("target", &self.target).finish_non_exhaustive()
+        f.debug_struct("ControlClient")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
     }
 }
 
@@ -95,10 +99,11 @@ impl ControlClient {
             message: format!("{}: not a host name or address ({e})", target.host),
         })?;
         let tls = tls::client_config(&Trust::Roots(vec![config.ca.clone()]), &[b"http/1.1"])?;
-        let auth = http::HeaderValue::from_str(&format!("Bearer {}", config.token)).map_err(|_| ControlError::Config {
-            field: "token",
-            message: "not a valid header value".into(),
-        })?;
+        let auth =
+            http::HeaderValue::from_str(&format!("Bearer {}", config.token)).map_err(|_| ControlError::Config {
+                field: "token",
+                message: "not a valid header value".into(),
+            })?;
         Ok(ControlClient {
             target,
             server_name,
@@ -187,7 +192,10 @@ mod tests {
         let t = Target::parse("https://127.0.0.1:8443/").unwrap();
         assert_eq!((t.host.as_str(), t.port, t.prefix.as_str()), ("127.0.0.1", 8443, ""));
         let t = Target::parse("https://control.example/gbx").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.prefix.as_str()), ("control.example", 443, "/gbx"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.prefix.as_str()),
+            ("control.example", 443, "/gbx")
+        );
         assert!(Target::parse("http://127.0.0.1:8443").is_err());
         assert!(Target::parse("not a url").is_err());
     }

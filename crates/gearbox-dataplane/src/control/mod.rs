@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use self::http::{ControlClient, Reply};
-pub use self::poll::{current_version, Loader, PollOutcome, PolicyPoller};
+pub use self::poll::{current_version, Loader, PolicyPoller, PollOutcome};
 pub use self::spool::{Batch, Spool};
 pub use self::tar::unpack as unpack_tar;
 pub use self::upload::{UploadStats, Uploader};
@@ -101,7 +101,10 @@ impl ControlConfig {
         }
         http::Target::parse(&self.url)?;
         if self.token.is_empty() {
-            return bad("token", "a bearer token is required (gearbox control token create)".into());
+            return bad(
+                "token",
+                "a bearer token is required (gearbox control token create)".into(),
+            );
         }
         if self.ca.as_os_str().is_empty() {
             return bad(
@@ -112,7 +115,10 @@ impl ControlConfig {
         if !(1..=100_000).contains(&self.batch_records) {
             return bad(
                 "batch_records",
-                format!("must be in 1..=100000 (the service's batch limit), got {}", self.batch_records),
+                format!(
+                    "must be in 1..=100000 (the service's batch limit), got {}",
+                    self.batch_records
+                ),
             );
         }
         if self.batch_interval_ms == 0 {
@@ -126,7 +132,10 @@ impl ControlConfig {
         }
         if let Some(s) = self.poll_interval_s {
             if !(s.is_finite() && s >= 0.05) {
-                return bad("poll_interval_s", format!("must be a number of seconds >= 0.05, got {s}"));
+                return bad(
+                    "poll_interval_s",
+                    format!("must be a number of seconds >= 0.05, got {s}"),
+                );
             }
         }
         if self.timeout_ms == 0 {
@@ -227,13 +236,55 @@ mod tests {
     fn a_config_without_url_token_or_ca_is_refused_naming_the_field() {
         assert!(good().validate().is_ok());
         for (cfg, field) in [
-            (ControlConfig { url: String::new(), ..good() }, "url"),
-            (ControlConfig { url: "http://x:1".into(), ..good() }, "url"),
-            (ControlConfig { token: String::new(), ..good() }, "token"),
-            (ControlConfig { ca: PathBuf::new(), ..good() }, "ca"),
-            (ControlConfig { batch_records: 0, ..good() }, "batch_records"),
-            (ControlConfig { max_spool_bytes: 10, ..good() }, "max_spool_bytes"),
-            (ControlConfig { poll_interval_s: Some(f64::NAN), ..good() }, "poll_interval_s"),
+            (
+                ControlConfig {
+                    url: String::new(),
+                    ..good()
+                },
+                "url",
+            ),
+            (
+                ControlConfig {
+                    url: "http://x:1".into(),
+                    ..good()
+                },
+                "url",
+            ),
+            (
+                ControlConfig {
+                    token: String::new(),
+                    ..good()
+                },
+                "token",
+            ),
+            (
+                ControlConfig {
+                    ca: PathBuf::new(),
+                    ..good()
+                },
+                "ca",
+            ),
+            (
+                ControlConfig {
+                    batch_records: 0,
+                    ..good()
+                },
+                "batch_records",
+            ),
+            (
+                ControlConfig {
+                    max_spool_bytes: 10,
+                    ..good()
+                },
+                "max_spool_bytes",
+            ),
+            (
+                ControlConfig {
+                    poll_interval_s: Some(f64::NAN),
+                    ..good()
+                },
+                "poll_interval_s",
+            ),
         ] {
             match cfg.validate() {
                 Err(ControlError::Config { field: f, .. }) => assert_eq!(f, field),

@@ -107,7 +107,9 @@ impl PolicyPoller {
         let mut loaded = Vec::new();
         let mut failed = Vec::new();
         for (gear, loader) in &mut self.loaders {
-            let Some((v, path)) = current_version(&self.root, gear) else { continue };
+            let Some((v, path)) = current_version(&self.root, gear) else {
+                continue;
+            };
             match loader(&path) {
                 Ok(()) => {
                     self.running.insert(gear.clone(), v);
@@ -180,7 +182,8 @@ impl PolicyPoller {
             let sha = want.get("sha256").and_then(serde_json::Value::as_str);
             let url = want.get("url").and_then(serde_json::Value::as_str);
             let (Some(version), Some(sha), Some(url)) = (version, sha, url) else {
-                out.refused.push(format!("{gear}: the poll's answer lacks version, sha256 or url"));
+                out.refused
+                    .push(format!("{gear}: the poll's answer lacks version, sha256 or url"));
                 continue;
             };
             if self.running.get(&gear) == Some(&version) {
@@ -209,10 +212,7 @@ impl PolicyPoller {
     }
 
     async fn take(&mut self, gear: &str, version: u64, sha: &str, url: &str) -> Result<(), ControlError> {
-        let reply = self
-            .client
-            .request(http::Method::GET, url, &[], Bytes::new())
-            .await?;
+        let reply = self.client.request(http::Method::GET, url, &[], Bytes::new()).await?;
         if reply.status != 200 {
             return Err(ControlError::Status {
                 status: reply.status,

@@ -55,7 +55,10 @@ impl Batch {
         let mut body = Vec::with_capacity(text.len() + 16);
         body.extend_from_slice(b"{\"records\":[");
         let mut n = 0;
-        for line in text.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+        for line in text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        {
             if n > 0 {
                 body.push(b',');
             }
@@ -134,7 +137,9 @@ impl Spool {
             if records > 0 {
                 open.records = records;
                 open.bytes = whole as u64;
-                spool.seal_locked(&mut open).map_err(|e| ControlError::io(&open_path, e))?;
+                spool
+                    .seal_locked(&mut open)
+                    .map_err(|e| ControlError::io(&open_path, e))?;
             } else {
                 let _ = std::fs::remove_file(&open_path);
             }

@@ -101,7 +101,9 @@ impl Uploader {
                     let count = |k: &str| answer.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
                     self.stats.sent_batches.fetch_add(1, Ordering::Relaxed);
                     self.stats.stored_records.fetch_add(count("stored"), Ordering::Relaxed);
-                    self.stats.rejected_records.fetch_add(count("rejected"), Ordering::Relaxed);
+                    self.stats
+                        .rejected_records
+                        .fetch_add(count("rejected"), Ordering::Relaxed);
                     if answer.get("duplicate").and_then(serde_json::Value::as_bool) == Some(true) {
                         self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                     }
