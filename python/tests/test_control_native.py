@@ -199,7 +199,9 @@ def test_native_edge_swaps_a_pushed_table_refuses_corrupt_ones_and_restarts_from
         # The control plane down: a restarted edge starts from the copy on disk, and spools.
         stop(edge)
         control.stop()
-        edge, port = start_edge(gearbox_bin, control, tmp_path, "edge-2", "--policies", str(policies), "--poll-s", "0.2")
+        edge, port = start_edge(
+            gearbox_bin, control, tmp_path, "edge-2", "--policies", str(policies), "--poll-s", "0.2"
+        )
         origin = f"https://127.0.0.1:{port}"
         assert fetch() == [40, 45]
         assert fetch() == [40, 45]
@@ -235,3 +237,15 @@ def test_native_control_flags_are_checked_before_the_edge_starts(gearbox_bin: Pa
     missing = tmp_path / "no-such-ca.pem"
     r = edge("--control", "https://127.0.0.1:1", "--token", "t", "--control-ca", str(missing))
     assert r.returncode != 0 and str(missing) in r.stderr
+
+
+def test_the_loop_scenario_stores_every_record_once_and_the_edge_takes_the_table_pushed_during_the_run(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """`gearbox control loop` (docs/control.md, "The loop scenario"), short."""
+    from gearbox.control.loop import run_loop
+
+    r = run_loop(tmp_path / "loop", duration_s=4.0, push_at_s=1.0, requests=10, poll_s=0.5, gearbox=gearbox_bin)
+    assert r["ok"], r
+    assert r["sides"]["edge"]["written"] > 0 and r["sides"]["client"]["written"] > 0
+    assert r["push_to_swap_ms"] is not None and r["push_to_first_use_ms"] is not None

@@ -9,6 +9,7 @@
     gearbox control agent --spool DIR [--tail FILE]... [--policies DIR]   # an edge's or client's side
     gearbox control openapi                 # the API's OpenAPI schema (JSON)
     gearbox control bench [--records N]     # = gearbox bench control: figures, not a test
+    gearbox control loop [--out DIR]        # the closed loop with a native edge and client (checks, figures)
 
 The policy commands talk to a running service: --url (or $GEARBOX_CONTROL_URL), --token (or
 $GEARBOX_CONTROL_TOKEN, a learner or admin token) and --cafile (or $GEARBOX_CONTROL_CA, the
@@ -82,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     remote(ag)
 
     sub.add_parser("openapi", help="print the API's OpenAPI schema (JSON)")
+    sub.add_parser("loop", help="the closed loop with a native edge and client: checks and figures (docs/control.md)")
     b = sub.add_parser("bench", help="ingestion and poll rates, memory (gearbox bench control)")
     b.add_argument("--records", type=int, default=200_000, help="records to ingest per store")
     b.add_argument("--pollers", type=int, default=1000)
@@ -150,6 +152,11 @@ def _policy(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["loop"]:
+        from gearbox.control.loop import main as loop_main
+
+        return loop_main(argv[1:])
     args = _parser().parse_args(argv)
     from gearbox.control import policy as pol
     from gearbox.control.config import Config, ConfigError, load
