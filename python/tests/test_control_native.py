@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 from control_support import Control, control_plane, make_cert, store_spec
 from control_support import postgres as postgres  # noqa: F401 (fixture)
-from support import free_port, stop, wait_until_listening
+from support import REPO, free_port, stop, wait_until_listening
 from test_control import STORES, TABLE, _activate, _push, policy_dir
 
 import gearbox
@@ -249,3 +250,39 @@ def test_the_loop_scenario_stores_every_record_once_and_the_edge_takes_the_table
     assert r["ok"], r
     assert r["sides"]["edge"]["written"] > 0 and r["sides"]["client"]["written"] > 0
     assert r["push_to_swap_ms"] is not None and r["push_to_first_use_ms"] is not None
+
+
+def test_native_edge_swaps_a_pushed_floo_model_and_refuses_one_that_does_not_load(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    control = control_plane(tmp_path / "control", "store")
+    policies = tmp_path / "policies"
+    current = policies / "floo" / "current"
+    floo = ["--gear", "floo", "--period-s", "0.5", "--policies", str(policies), "--poll-s", "0.2"]
+    edge = None
+    try:
+        edge, _ = start_edge(gearbox_bin, control, tmp_path, "edge", *floo)
+        log = tmp_path / "edge.log"
+        assert _push(control, "floo", REPO / "models" / "floo", "--activate")[0] == 0
+        assert wait_for(lambda: os.path.islink(current), 60), log.read_text()
+        assert os.readlink(current) == "v1" and "policy swapped" in log.read_text()
+        # A model that does not load (its policy file damaged; the sidecar still valid): refused.
+        broken = tmp_path / "floo-broken"
+        shutil.copytree(REPO / "models" / "floo", broken)
+        (broken / "policy.json").write_text('{"not": "a model"}')
+        assert _push(control, "floo", broken, "--activate")[0] == 0
+        assert wait_for(lambda: "refused by the loader" in log.read_text(), 60), log.read_text()
+        assert os.readlink(current) == "v1" and not (policies / "floo" / "v2").exists()
+        with control.http("admin") as admin:
+            peers = {p["name"]: p for p in admin.get("/v1/peers").json()["peers"]}
+        assert peers["edge"]["policies"] == {"floo": 1}
+        # Restarted while the control plane is down: Floo runs the copy on disk.
+        stop(edge)
+        control.stop()
+        edge, _ = start_edge(gearbox_bin, control, tmp_path, "edge-2", *floo)
+        assert wait_for(lambda: "policy poll failed" in (tmp_path / "edge-2.log").read_text(), 30)
+        assert "no usable model" not in (tmp_path / "edge-2.log").read_text()
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()

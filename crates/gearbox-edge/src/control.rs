@@ -9,12 +9,18 @@
 //!   running table and swapped into the gear's shared table (one pointer swap: a
 //!   connection accepted meanwhile sees the old table or the new, never a mix); a table
 //!   that does not parse is refused and the old one stays.
+//! - Floo (`--gear floo`): the period gear is a [`SwappablePeriodGear`]; a polled model is
+//!   loaded beside the running one and put in its [`PeriodGearSlot`], and the next
+//!   selection period (Floo §3.3) asks the new model. The swap happens between two
+//!   decisions, never inside one. `gearbox edge` registers the loader
+//!   ([`Edge::policies`](crate::Edge::policies)).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use gearbox_dataplane::control::{ControlClient, ControlError, PolicyPoller};
+use gearbox_gear_api::{Cca, CcaPeriodGear, ConnectionStats, Decision};
 use gearbox_gears::tcpwise::CwndTable;
 
 use crate::tcpwise::TcpWise;
@@ -24,6 +30,66 @@ use crate::{EdgeConfig, EdgeError};
 pub const TCPWISE_GEAR: &str = "tcpwise";
 /// The Cwnd Table's file in a TCP WISE policy.
 pub const CWND_FILE: &str = "cwnd.toml";
+/// The registry's name of Floo's gear (its folder: `policy.json` and its sidecar).
+pub const FLOO_GEAR: &str = "floo";
+
+/// The folder of a gear's last good copy in the polled policies, if there is one.
+pub fn polled_copy(config: &EdgeConfig, gear: &str) -> Option<PathBuf> {
+    gearbox_dataplane::control::current_version(policies(config)?, gear).map(|(_, p)| p)
+}
+
+type Pending = Arc<Mutex<Option<Box<dyn CcaPeriodGear>>>>;
+
+/// Where a new period gear waits until the next decision takes it.
+#[derive(Clone, Default)]
+pub struct PeriodGearSlot(Pending);
+
+impl PeriodGearSlot {
+    /// Puts `gear` in; the next decision of the [`SwappablePeriodGear`] runs it.
+    pub fn put(&self, gear: Box<dyn CcaPeriodGear>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(gear);
+    }
+}
+
+/// A period gear whose model is replaced while the edge runs (a policy polled from the
+/// control plane).
+pub struct SwappablePeriodGear {
+    current: Box<dyn CcaPeriodGear>,
+    next: Pending,
+}
+
+impl SwappablePeriodGear {
+    /// Runs `gear` until a new one is put in the returned slot.
+    pub fn new(gear: Box<dyn CcaPeriodGear>) -> (SwappablePeriodGear, PeriodGearSlot) {
+        let slot = PeriodGearSlot::default();
+        (
+            SwappablePeriodGear {
+                current: gear,
+                next: slot.0.clone(),
+            },
+            slot,
+        )
+    }
+}
+
+impl CcaPeriodGear for SwappablePeriodGear {
+    fn choose(&mut self, stats: &ConnectionStats, now: Instant) -> Decision<Cca> {
+        if let Some(g) = self.next.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            self.current = g;
+        }
+        self.current.choose(stats, now)
+    }
+}
+
+/// The loader of Floo's polled models: a model that does not load is refused (the
+/// running one stays); one that does goes into `slot`.
+pub fn floo_loader(slot: PeriodGearSlot) -> gearbox_dataplane::control::Loader {
+    Box::new(move |dir: &Path| {
+        let gear = gearbox_gears::floo::FlooGear::load(dir).map_err(|e| e.to_string())?;
+        slot.put(Box::new(gear));
+        Ok(())
+    })
+}
 
 /// The policies folder, when the edge polls one.
 fn policies(config: &EdgeConfig) -> Option<&Path> {
@@ -81,4 +147,53 @@ pub(crate) fn poller(config: &EdgeConfig, tcp_iw: Option<Arc<TcpWise>>) -> Resul
         tracing::error!(policy = f, "policy: the copy on disk cannot be loaded");
     }
     Ok(Some(poller))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gearbox_gear_api::Transport;
+    use gearbox_gears::floo::FixedCca;
+
+    fn stats() -> ConnectionStats {
+        ConnectionStats {
+            conn_id: 1,
+            transport: Transport::Quic,
+            cca: Cca::Cubic,
+            period_ms: 12_000.0,
+            max_delivery_rate_bps: Some(9_000_000),
+            min_rtt_ms: Some(40.0),
+            srtt_ms: Some(60.0),
+            rtt_var_ms2: Some(25.0),
+            loss_rate: Some(0.01),
+            cwnd_bytes: 90_000,
+            pacing_rate_bps: Some(9_000_000),
+            goodput_bps: Some(4_500_000.0),
+            unsent_bytes: 1_125_000,
+            response_wait_ms: Some(250.0),
+            response_wait_gradient_ms_per_s: Some(-20.0),
+            bytes_sent: 6_750_000,
+        }
+    }
+
+    #[test]
+    fn a_swapped_period_gear_decides_from_the_next_period_on() {
+        let (mut gear, slot) = SwappablePeriodGear::new(Box::new(FixedCca(Cca::Cubic)));
+        assert_eq!(gear.choose(&stats(), Instant::now()).choice, Cca::Cubic);
+        slot.put(Box::new(FixedCca(Cca::Bbr)));
+        assert_eq!(gear.choose(&stats(), Instant::now()).choice, Cca::Bbr);
+        assert_eq!(gear.choose(&stats(), Instant::now()).choice, Cca::Bbr);
+    }
+
+    #[test]
+    fn a_floo_model_that_does_not_load_is_refused_and_the_running_one_stays() {
+        let (mut gear, slot) = SwappablePeriodGear::new(Box::new(FixedCca(Cca::Cubic)));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.json"), "{ not a model").unwrap();
+        let mut load = floo_loader(slot);
+        assert!(load(dir.path()).is_err());
+        assert_eq!(gear.choose(&stats(), Instant::now()).choice, Cca::Cubic);
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/floo");
+        assert!(load(&shipped).is_ok(), "the shipped model loads");
+    }
 }

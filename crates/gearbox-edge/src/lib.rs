@@ -334,6 +334,12 @@ impl Edge {
         self.admin.as_ref().and_then(|a| a.local_addr().ok())
     }
 
+    /// The control plane's policy poller (with `[control].policies`), to which a gear
+    /// built outside the edge (Floo's, by `gearbox edge`) adds its loader before serving.
+    pub fn policies(&mut self) -> Option<&mut gearbox_dataplane::control::PolicyPoller> {
+        self.poller.as_mut()
+    }
+
     /// The edge's counters.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.shared.metrics.clone()

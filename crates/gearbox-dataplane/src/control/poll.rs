@@ -101,12 +101,15 @@ impl PolicyPoller {
         self.refusals
     }
 
-    /// Loads each gear's last good copy (`current`), if there is one; returns the gears
-    /// and versions loaded, and what could not be.
+    /// Loads the last good copy (`current`) of each gear not running yet, if there is one;
+    /// returns the gears and versions loaded, and what could not be.
     pub fn load_from_disk(&mut self) -> (Vec<(String, u64)>, Vec<String>) {
         let mut loaded = Vec::new();
         let mut failed = Vec::new();
         for (gear, loader) in &mut self.loaders {
+            if self.running.contains_key(gear) {
+                continue;
+            }
             let Some((v, path)) = current_version(&self.root, gear) else {
                 continue;
             };
