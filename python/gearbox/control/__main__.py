@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--pollers", type=int, default=1000)
     b.add_argument("--polls", type=int, default=5, help="polls per poller")
     b.add_argument("--no-postgres", action="store_true", help="embedded store only")
+    b.add_argument(
+        "--native-records", type=int, default=50_000, help="records in the spool the Rust uploader drains (0: skip)"
+    )
     return p
 
 
@@ -208,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "bench":
             from gearbox.control.bench import run_bench
 
-            run_bench(args.records, args.pollers, args.polls, not args.no_postgres)
+            run_bench(args.records, args.pollers, args.polls, not args.no_postgres, args.native_records)
     except (ConfigError, StoreError, CommandError, pol.PolicyError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
