@@ -172,14 +172,17 @@ impl Uploader {
         tokio::spawn(async move {
             let mut backoff = Duration::ZERO;
             loop {
-                let Some(me) = weak.upgrade() else { break };
-                let wait = if backoff.is_zero() { interval } else { backoff };
+                // Only the spool is held while waiting: a dropped uploader ends the task.
+                let Some(spool) = weak.upgrade().map(|me| me.spool.clone()) else {
+                    break;
+                };
                 // Woken early by a sealed batch unless backing off.
                 if backoff.is_zero() {
-                    let _ = tokio::time::timeout(wait, me.spool.sealed()).await;
+                    let _ = tokio::time::timeout(interval, spool.sealed()).await;
                 } else {
-                    tokio::time::sleep(wait).await;
+                    tokio::time::sleep(backoff).await;
                 }
+                let Some(me) = weak.upgrade() else { break };
                 if let Err(e) = me.spool.seal_if_older(me.batch_interval) {
                     tracing::error!(error = %e, "spool: cannot seal a batch");
                 }
