@@ -58,7 +58,7 @@ pub struct SimOutcome {
 
 const SERVER: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 4433);
 /// The client's address on path `p` (path 0 is the single-path client's).
-fn client_ip(path: usize) -> std::net::Ipv4Addr {
+pub(crate) fn client_ip(path: usize) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::new(10, 0, path as u8, 2)
 }
 const SERVER_NAME: &str = "sim.gearbox.invalid";
@@ -986,6 +986,7 @@ impl Sim {
     }
 
     fn record(&self, i: usize) -> String {
+        let path = self.graph.as_ref().and_then(|g| g.decision(i));
         let p = &self.pending[i];
         let c = &self.clients[p.conn];
         let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
@@ -1023,17 +1024,14 @@ impl Sim {
                 unacked_bytes: None,
                 delivery_rate_bps: None,
             }),
-            decision: Some(
-                self.graph
-                    .as_ref()
-                    .and_then(|g| g.reason(i))
-                    .unwrap_or_else(|| "sim:quic".into()),
-            ),
+            decision: Some("sim:quic".into()),
             decision_id: None,
             click: Some(p.req.click),
             error: None,
             retried_from: None,
             retry_lost_ms: None,
+            path_index: path.map(|(p, _)| p),
+            path_decision: path.map(|(_, reason)| reason.to_string()),
         };
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
