@@ -177,6 +177,26 @@ mod tests {
     }
 
     #[test]
+    fn the_config_files_control_table_sets_the_control_plane_and_refuses_unknown_keys() {
+        let text = "[control]\nurl = \"https://127.0.0.1:8443\"\ntoken = \"gbx_t\"\nca = \"cert.pem\"\npolicies = \"pol\"\nbatch_records = 50\n";
+        let c = EdgeConfig::from_toml(text, Path::new("edge.toml")).unwrap();
+        let control = c.control.as_ref().unwrap();
+        assert_eq!(
+            (control.url.as_str(), control.batch_records),
+            ("https://127.0.0.1:8443", 50)
+        );
+        assert!(control.validate().is_ok());
+        assert_eq!(
+            cwnd_table(&c).unwrap(),
+            Path::new("pol").join(TCPWISE_GEAR).join("current").join(CWND_FILE)
+        );
+        let err = EdgeConfig::from_toml("[control]\nurll = \"x\"\n", Path::new("edge.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("edge.toml") && err.contains("urll"), "{err}");
+    }
+
+    #[test]
     fn a_swapped_period_gear_decides_from_the_next_period_on() {
         let (mut gear, slot) = SwappablePeriodGear::new(Box::new(FixedCca(Cca::Cubic)));
         assert_eq!(gear.choose(&stats(), Instant::now()).choice, Cca::Cubic);
