@@ -235,6 +235,14 @@ def test_native_control_flags_are_checked_before_the_edge_starts(gearbox_bin: Pa
     assert r.returncode != 0 and "control: token" in r.stderr
     r = edge("--control", "http://127.0.0.1:1", "--token", "t", "--control-ca", "ca.pem")
     assert r.returncode != 0 and "HTTPS only" in r.stderr
+    r = subprocess.run(
+        [str(gearbox_bin), "get", "https://127.0.0.1:9/", "--control", "https://127.0.0.1:1", "--token", "t"]
+        + ["--control-ca", str(cert), "--policies", str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0 and "does not poll policies natively yet" in r.stderr
     missing = tmp_path / "no-such-ca.pem"
     r = edge("--control", "https://127.0.0.1:1", "--token", "t", "--control-ca", str(missing))
     assert r.returncode != 0 and str(missing) in r.stderr

@@ -192,6 +192,9 @@ pub(crate) fn telemetry_sink(path: Option<&Path>) -> anyhow::Result<TelemetrySin
 fn control_sink(path: Option<&Path>, control: &ControlArgs) -> anyhow::Result<TelemetrySink> {
     match control.apply(None, "client-spool")? {
         None => telemetry_sink(path),
+        Some(c) if c.policies.is_some() || c.poll_interval_s.is_some() => {
+            bail!("--policies and --poll-s: the client does not poll policies natively yet (docs/control.md); `gearbox control agent --policies DIR` keeps its model files current")
+        }
         Some(c) => Ok(TelemetrySink::open(path, Some(&c))?),
     }
 }
