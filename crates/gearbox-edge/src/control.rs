@@ -3,7 +3,8 @@
 //!
 //! - Records: the telemetry sink appends each to the upload spool (crate `Edge::bind`).
 //! - Policies: with `[control].policies`, the edge runs TCP WISE's Cwnd Table from
-//!   `POLICIES/tcpwise/current/cwnd.toml` (unless `--cwnd-table` names a file of its own):
+//!   `POLICIES/tcpwise/current/cwnd.toml` (unless `--cwnd-table` names a file of its own
+//!   or `--initial-window` a fixed window):
 //!   at start the last good copy on disk, or an empty table (every connection keeps the
 //!   default window) until the registry has one. A polled version is parsed beside the
 //!   running table and swapped into the gear's shared table (one pointer swap: a
@@ -96,12 +97,13 @@ fn policies(config: &EdgeConfig) -> Option<&Path> {
     config.control.as_ref()?.policies.as_deref()
 }
 
-/// The Cwnd Table file the edge runs: `--cwnd-table`, else the polled one.
+/// The Cwnd Table file the edge runs: `--cwnd-table`, else the polled one (unless a
+/// fixed `--initial-window` asks for no table).
 pub(crate) fn cwnd_table(config: &EdgeConfig) -> Option<PathBuf> {
-    config
-        .cwnd_table
-        .clone()
-        .or_else(|| policies(config).map(|root| root.join(TCPWISE_GEAR).join("current").join(CWND_FILE)))
+    config.cwnd_table.clone().or_else(|| {
+        let root = policies(config).filter(|_| config.initial_window.is_none())?;
+        Some(root.join(TCPWISE_GEAR).join("current").join(CWND_FILE))
+    })
 }
 
 /// TCP WISE from `path`; a polled table not there yet starts empty.
@@ -190,6 +192,12 @@ mod tests {
             cwnd_table(&c).unwrap(),
             Path::new("pol").join(TCPWISE_GEAR).join("current").join(CWND_FILE)
         );
+        // A fixed --initial-window keeps its window: no polled table.
+        let fixed = EdgeConfig {
+            initial_window: Some(32),
+            ..c.clone()
+        };
+        assert_eq!(cwnd_table(&fixed), None);
         let err = EdgeConfig::from_toml("[control]\nurll = \"x\"\n", Path::new("edge.toml"))
             .unwrap_err()
             .to_string();
