@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod bench_cmd;
 mod cert_cmd;
 mod client_cmd;
+mod control_args;
 mod control_cmd;
 mod demo_cmd;
 mod edge_cmd;

@@ -62,6 +62,9 @@ pub struct EdgeConfig {
     /// Limits and timeouts against slow or hostile clients (the `[limits]` table;
     /// docs/edge.md "Limits").
     pub limits: crate::limits::Limits,
+    /// The control plane this edge uploads its records to and polls its policies from
+    /// (the `[control]` table; docs/control.md, "Native upload and polling").
+    pub control: Option<gearbox_dataplane::control::ControlConfig>,
 }
 
 impl Default for EdgeConfig {
@@ -87,6 +90,7 @@ impl Default for EdgeConfig {
             tcp_processing_ms: 0,
             quic_processing_ms: 0,
             limits: crate::limits::Limits::default(),
+            control: None,
         }
     }
 }
