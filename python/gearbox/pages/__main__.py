@@ -3,6 +3,8 @@
     gearbox pages gen --out DIR --count N [--seed S]   # N sites: DIR/page-NNNN/, their graphs, DIR/pages.json
     gearbox pages features SITE_DIR                    # Table 1's page features of a site, as JSON
     gearbox pages stats DIR                            # the set's statistics against FlexHTTP's Table 1
+    gearbox pages measure --sites DIR --page page-0000 [--page ...] --rtt-ms 80 --loss 0.005 --rate-mbps 7 \
+        [--http h2 --http h3] [--reps 3] --out loads.jsonl    # Speed Index in Chromium through the emulator (root)
 
 A site is served as static files (`gearbox edge --static-dir DIR`, then /page-NNNN/index.html);
 `DIR/page-NNNN.page.json` is the same page as a dependency graph for `Client.load_page`.
@@ -18,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gearbox.pages.chromium import BrowserError, Condition, measure_over_emu, run_loads
 from gearbox.pages.features import PageFeatureError, page_features
 from gearbox.pages.generate import MANIFEST, GenerateError, generate
 
@@ -57,6 +60,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("site", type=Path)
     s = sub.add_parser("stats", help="statistics of a generated set against Table 1")
     s.add_argument("dir", type=Path)
+    m = sub.add_parser("measure", help="Speed Index of pages in Chromium over h2/h3 through the emulator (root)")
+    m.add_argument("--sites", type=Path, required=True, help="directory written by `gearbox pages gen`")
+    m.add_argument("--page", action="append", required=True, help="page name (repeatable), e.g. page-0000")
+    m.add_argument("--rtt-ms", type=float, required=True)
+    m.add_argument("--loss", type=float, default=0.0, help="loss rate each way, e.g. 0.01")
+    m.add_argument("--rate-mbps", type=float, required=True)
+    m.add_argument("--http", action="append", choices=["h2", "h3"], help="version(s) (default both)")
+    m.add_argument("--reps", type=int, default=1)
+    m.add_argument("--seed", type=int, default=0, help="seed of the emulated loss")
+    m.add_argument("--out", type=Path, required=True, help="JSON lines, one per load (appended)")
+    m.add_argument("--workdir", type=Path, default=None, help="certificate, emu config, edge telemetry")
+    b = sub.add_parser("browse", help=argparse.SUPPRESS)
+    b.add_argument("spec", type=Path)
     a = parser.parse_args(argv)
     try:
         if a.command == "gen":
@@ -65,13 +81,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(stats_table([e["features"] for e in entries]))
         elif a.command == "features":
             print(json.dumps(page_features(a.site).as_dict(), indent=1))
-        else:
+        elif a.command == "stats":
             manifest = a.dir / MANIFEST
             if not manifest.is_file():
                 raise GenerateError(f"{manifest}: no such file (not a directory written by `gearbox pages gen`)")
             pages = json.loads(manifest.read_text())["pages"]
             print(stats_table([page_features(a.dir / p["name"]).as_dict() for p in pages]))
-    except (GenerateError, PageFeatureError) as e:
+        elif a.command == "measure":
+            from gearbox.lab.environment import find_gearbox
+
+            cond = Condition(rtt_ms=a.rtt_ms, loss_rate=a.loss, rate_mbps=a.rate_mbps)
+            workdir = a.workdir or a.out.with_suffix(".work")
+            return measure_over_emu(
+                find_gearbox(), a.sites, a.page, cond, a.http or ["h2", "h3"], a.reps, a.out, workdir, a.seed
+            )
+        elif a.command == "browse":
+            return run_loads(a.spec)
+    except (GenerateError, PageFeatureError, BrowserError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     return 0
