@@ -105,25 +105,28 @@ def write_probe_files(sites: Path) -> None:
         (d / f"small-{i}.bin").write_bytes(os.urandom(PROBE_SMALL_BYTES))
 
 
-def probe(client, origin: str, proto: str) -> dict:
-    """TTFB of small responses asked for PROBE_DELAY_S after a large one started, on a warm connection."""
+def probe(client, origin: str, proto: str, bigs: int) -> dict:
+    """TTFB of small responses asked for PROBE_DELAY_S after `bigs` large ones started, on a warm
+    connection."""
     import threading
 
     client.get(f"{origin}/probe/warm.bin", transport=proto)
     big: dict = {}
 
-    def fetch_big() -> None:
-        big["r"] = client.get(f"{origin}/probe/big.bin", transport=proto)
+    def fetch_big(i: int) -> None:
+        big[i] = client.get(f"{origin}/probe/big.bin?{i}", transport=proto)
 
-    t = threading.Thread(target=fetch_big)
-    t.start()
+    threads = [threading.Thread(target=fetch_big, args=(i,)) for i in range(bigs)]
+    for t in threads:
+        t.start()
     time.sleep(PROBE_DELAY_S)
     ttfbs = []
     for i in range(PROBE_SMALLS):
         r = client.get(f"{origin}/probe/small-{i}.bin", transport=proto)
         ttfbs.append(r.record["ttfb_ms"])
-    t.join()
-    return {"small_ttfb_ms": ttfbs, "big_rct_ms": big["r"].record["rct_ms"]}
+    for t in threads:
+        t.join()
+    return {"small_ttfb_ms": ttfbs, "big_rct_ms": max(r.record["rct_ms"] for r in big.values())}
 
 
 def client_mode(spec_path: Path) -> int:
@@ -139,7 +142,7 @@ def client_mode(spec_path: Path) -> int:
             for proto in spec["protos"]:
                 row = {"server": spec["server"], "proto": proto, "rep": rep, "kind": "probe"}
                 try:
-                    row |= probe(client, origin, proto)
+                    row |= probe(client, origin, proto, spec["probe_bigs"])
                 except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
                     row["error"] = f"{type(e).__name__}: {e}"
                 out.write(json.dumps(row) + "\n")
@@ -173,6 +176,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", type=Path)
     p.add_argument("--only", action="append", help="server name(s) to run")
+    p.add_argument("--probe-bigs", type=int, default=1, help="large responses in flight during the probe")
     p.add_argument("--client-mode", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.client_mode:
@@ -194,6 +198,7 @@ def main() -> int:
         spec.write_text(
             json.dumps(
                 {"server": name, "protos": protos, "pages": pages, "reps": a.reps, "sites": str(sites)}
+                | {"probe_bigs": a.probe_bigs}
                 | {"cert": str(cert), "out": str(results)}
             )
         )
@@ -204,7 +209,7 @@ def main() -> int:
         with open(out / f"{name}.log", "wb") as log:
             subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    print("probe: TTFB of 2 KB responses asked for 0.3 s into a 3 MB response (warm connection)")
+    print(f"probe: TTFB of 2 KB responses asked for 0.3 s into {a.probe_bigs} x 3 MB responses (warm connection)")
     print(f"{'server':16s} {'proto':5s} {'smalls':>6s} {'median ms':>10s} {'max ms':>8s} {'big rct ms':>10s}")
     pk: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
