@@ -4,10 +4,12 @@ and our client loading a generated page's graph from a real edge serving the sit
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import struct
 import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
@@ -166,11 +168,13 @@ def test_bad_arguments_are_refused_with_the_argument_named(tmp_path: Path, capsy
 
 
 def test_the_gearbox_command_runs_the_kit(gearbox_bin: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "GEARBOX_PYTHON": sys.executable}
     out = subprocess.run(
         [str(gearbox_bin), "pages", "gen", "--out", str(tmp_path / "s"), "--count", "2", "--seed", "5"],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     assert "wrote 2 pages" in out.stdout and "all_files" in out.stdout
@@ -179,6 +183,7 @@ def test_the_gearbox_command_runs_the_kit(gearbox_bin: Path, tmp_path: Path) -> 
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert feats.returncode == 0, feats.stderr
     assert json.loads(feats.stdout) == page_features(tmp_path / "s" / "page-0001").as_dict()
