@@ -35,6 +35,6 @@ pub mod transport;
 pub use conn::{AcceptedConnection, Cca, CcaGear, CcaPeriodGear, ClientCluster, ConnectionStats, InitialWindowGear};
 pub use decision::{Decision, DecisionId};
 pub use http_version::{HttpVersion, HttpVersionGear, PageRecord};
-pub use path::{PathGear, PathRequest, PathState};
+pub use path::{PathGear, PathRequest, PathState, SRTT_HISTORY};
 pub use record::{ClientRecord, EdgeRecord, IwChoice, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 pub use transport::{Transport, TransportChoice, TransportGear};

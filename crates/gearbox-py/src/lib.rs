@@ -716,6 +716,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClient>()?;
     m.add_class::<PyResponse>()?;
     m.add_class::<sim::PySimSession>()?;
+    m.add_class::<sim::PySimPageLoad>()?;
     m.add("GearboxError", py.get_type::<GearboxError>())?;
     m.add("ConnectError", py.get_type::<ConnectError>())?;
     m.add("TlsError", py.get_type::<TlsError>())?;
