@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 from support import Edge, free_port, make_cert, stop, wait_until_listening
 
-from gearbox.pages.chromium import BrowserError, Condition, chrome_flags, lighthouse_cli, measure_load
+from gearbox.pages.chromium import (
+    BrowserError,
+    BrowserLoad,
+    Condition,
+    chrome_flags,
+    lighthouse_cli,
+    measure_load,
+    measure_loads_speedline,
+)
 
 #: A white page with a line of text (Lighthouse needs a contentful paint) whose whole viewport turns
 #: red after DELAY ms: visual completeness jumps from ~0 to 1 at DELAY, so Speed Index is about DELAY.
@@ -49,16 +57,30 @@ def progress_edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -
         stop(proc)
 
 
+def measured(edge: Edge, meter: str, http_version: str) -> dict[int, BrowserLoad]:
+    urls = {delay: f"{edge.origin}/delay-{delay}.html" for delay in (300, 2300)}
+    if meter == "lighthouse":
+        return {
+            d: measure_load(u, address="127.0.0.1", cert_pem=edge.cert, http_version=http_version)
+            for d, u in urls.items()
+        }
+    # The change comes after the load event: the settle window must cover it.
+    loads = measure_loads_speedline(
+        list(urls.values()), address="127.0.0.1", cert_pem=edge.cert, http_version=http_version, settle_ms=3000
+    )
+    for x in loads:
+        if isinstance(x, BrowserError):
+            raise x
+    return dict(zip(urls, loads, strict=True))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("meter", ["lighthouse", "speedline"])
 @pytest.mark.parametrize("http_version", ["h2", "h3"])
-def test_speed_index_follows_when_the_page_becomes_visually_complete(progress_edge: Edge, http_version: str) -> None:
+def test_speed_index_follows_when_the_page_becomes_visually_complete(
+    progress_edge: Edge, http_version: str, meter: str
+) -> None:
     si = {}
-    for delay in (300, 2300):
-        load = measure_load(
-            f"{progress_edge.origin}/delay-{delay}.html",
-            address="127.0.0.1",
-            cert_pem=progress_edge.cert,
-            http_version=http_version,
-        )
+    for delay, load in measured(progress_edge, meter, http_version).items():
         # Every request went over the version asked for: nothing fell back.
         assert set(load.protocols) == {http_version}, load
         # The viewport is incomplete until the cover turns red: SI cannot be earlier than that.
@@ -74,6 +96,10 @@ def test_bad_measurement_requests_are_refused() -> None:
         chrome_flags("localhost", 443, "127.0.0.1", "x", "h1")
     with pytest.raises(BrowserError, match="url must be"):
         measure_load("http://localhost/", address="127.0.0.1", cert_pem=Path("c.pem"), http_version="h2")
+    with pytest.raises(BrowserError, match="one batch is one origin"):
+        measure_loads_speedline(
+            ["https://a.test:1/x", "https://b.test:1/y"], address="127.0.0.1", cert_pem=Path("c.pem"), http_version="h2"
+        )
     with pytest.raises(BrowserError, match="loss_rate"):
         Condition(rtt_ms=50, loss_rate=1.5, rate_mbps=5).validate()
     assert "loss_rate = 0.01" in Condition(rtt_ms=50, loss_rate=0.01, rate_mbps=5).emu_toml()

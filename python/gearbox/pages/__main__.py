@@ -4,7 +4,8 @@
     gearbox pages features SITE_DIR                    # Table 1's page features of a site, as JSON
     gearbox pages stats DIR                            # the set's statistics against FlexHTTP's Table 1
     gearbox pages measure --sites DIR --page page-0000 [--page ...] --rtt-ms 80 --loss 0.005 --rate-mbps 7 \
-        [--http h2 --http h3] [--reps 3] --out loads.jsonl    # Speed Index in Chromium through the emulator (root)
+        [--http h2 --http h3] [--reps 3] [--meter lighthouse|speedline] --out loads.jsonl
+                                                       # Speed Index in Chromium through the emulator (root)
 
 A site is served as static files (`gearbox edge --static-dir DIR`, then /page-NNNN/index.html);
 `DIR/page-NNNN.page.json` is the same page as a dependency graph for `Client.load_page`.
@@ -69,6 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--http", action="append", choices=["h2", "h3"], help="version(s) (default both)")
     m.add_argument("--reps", type=int, default=1)
     m.add_argument("--seed", type=int, default=0, help="seed of the emulated loss")
+    m.add_argument(
+        "--meter",
+        choices=["lighthouse", "speedline"],
+        default="lighthouse",
+        help="lighthouse (one Lighthouse run per load, the reference) or speedline (one Chromium per batch)",
+    )
+    m.add_argument("--settle-ms", type=int, default=1000, help="speedline: visual changes counted after load")
     m.add_argument("--out", type=Path, required=True, help="JSON lines, one per load (appended)")
     m.add_argument("--workdir", type=Path, default=None, help="certificate, emu config, edge telemetry")
     b = sub.add_parser("browse", help=argparse.SUPPRESS)
@@ -93,7 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             cond = Condition(rtt_ms=a.rtt_ms, loss_rate=a.loss, rate_mbps=a.rate_mbps)
             workdir = a.workdir or a.out.with_suffix(".work")
             return measure_over_emu(
-                find_gearbox(), a.sites, a.page, cond, a.http or ["h2", "h3"], a.reps, a.out, workdir, a.seed
+                find_gearbox(),
+                a.sites,
+                a.page,
+                cond,
+                a.http or ["h2", "h3"],
+                a.reps,
+                a.out,
+                workdir,
+                a.seed,
+                meter=a.meter,
+                settle_ms=a.settle_ms,
             )
         elif a.command == "browse":
             return run_loads(a.spec)

@@ -14,10 +14,16 @@ the self-signed certificate is trusted by its SubjectPublicKeyInfo digest
 `--ignore-certificate-errors`. The protocol every request actually used is read back from Lighthouse's
 network records, so a run that silently fell back is reported as such, not measured as the other.
 
-Rejected alternative: speedline-core over a trace from our own CDP driver. It would keep one browser
-across loads (Lighthouse starts a new Chromium each time, several seconds of its ~25 s per load on this
-2-core machine) but it would be a second, home-made measurement of SI; Lighthouse is the standard one
-and the seed's. docs/flexhttp.md gives the per-load cost measured here.
+Two meters, the same flags and the same result record:
+
+* `lighthouse` (the reference): one Lighthouse run, hence one new Chromium, per load; ~25 s per load on
+  this 2-core machine.
+* `speedline` (the fast one, for datasets): tools/lighthouse/speed-index.mjs keeps one Chromium per
+  (batch, version), gives each load a fresh browser context (its own socket pools, cache and QUIC
+  state), records a DevTools trace with screenshots and computes SI with speedline-core, the library
+  Lighthouse itself uses, from the main frame's navigationStart; visual changes up to `settle_ms` after
+  the load event count. ~2.5 s per load. Both are checked against the same pages of known visual
+  progress (python/tests/test_pages_chromium.py), and docs/flexhttp.md compares them.
 """
 
 from __future__ import annotations
@@ -184,6 +190,71 @@ def measure_load(
         return parse_report(json.loads(out.read_text()), url, http_version)
 
 
+def measure_loads_speedline(
+    urls: list[str],
+    *,
+    address: str,
+    cert_pem: Path,
+    http_version: str,
+    settle_ms: int = 1000,
+    timeout_s: float = 600.0,
+    root: Path | None = None,
+) -> list[BrowserLoad | BrowserError]:
+    """Loads each of `urls` (all https://HOST:PORT/... of one origin) in one Chromium, a fresh browser
+    context each, and returns per URL its measurement or the error that stopped it."""
+    from urllib.parse import urlsplit
+
+    if not urls:
+        return []
+    parts = urlsplit(urls[0])
+    if parts.scheme != "https" or not parts.hostname or not parts.port:
+        raise BrowserError(f"url must be https://HOST:PORT/..., got {urls[0]!r}")
+    for u in urls:
+        p = urlsplit(u)
+        if (p.scheme, p.hostname, p.port) != (parts.scheme, parts.hostname, parts.port):
+            raise BrowserError(f"one batch is one origin: {u!r} is not on {parts.hostname}:{parts.port}")
+    script = lighthouse_cli(root).parents[3] / "speed-index.mjs"
+    flags = chrome_flags(parts.hostname, parts.port, address, spki_sha256_base64(cert_pem), http_version)
+    flags = [f for f in flags if not f.startswith("--headless")]
+    spec = {
+        "chrome": str(chromium_path()),
+        "flags": flags,
+        "settle_ms": settle_ms,
+        "timeout_ms": 120_000,
+        "loads": [{"url": u} for u in urls],
+    }
+    with tempfile.TemporaryDirectory(prefix="gearbox-si-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        try:
+            run = subprocess.run(
+                ["node", str(script), str(spec_path)], capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired as e:
+            raise BrowserError(f"speed-index.mjs did not finish {len(urls)} loads within {timeout_s:.0f} s") from e
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    if len(rows) != len(urls):
+        raise BrowserError(f"speed-index.mjs failed (exit {run.returncode}): {run.stderr.strip()[-2000:]}")
+    out: list[BrowserLoad | BrowserError] = []
+    for u, r in zip(urls, rows, strict=True):
+        if "error" in r:
+            out.append(BrowserError(f"chromium could not measure {u} over {http_version}: {r['error']}"))
+            continue
+        out.append(
+            BrowserLoad(
+                url=u,
+                http_version=http_version,
+                speed_index_ms=float(r["speed_index_ms"]),
+                fcp_ms=float(r["fcp_ms"]) if r.get("fcp_ms") is not None else float("nan"),
+                load_ms=float(r["load_ms"]) if r.get("load_ms") is not None else float("nan"),
+                lcp_ms=None,
+                protocols=r["protocols"],
+                transfer_bytes=int(r["transfer_bytes"]),
+            )
+        )
+    return out
+
+
 def parse_report(lhr: dict, url: str, http_version: str) -> BrowserLoad:
     """The measurements of a Lighthouse JSON report; a report with a runtime error is an error."""
     if lhr.get("runtimeError"):
@@ -267,6 +338,8 @@ def measure_over_emu(
     out_jsonl: Path,
     workdir: Path,
     seed: int = 0,
+    meter: str = "lighthouse",
+    settle_ms: int = 1000,
 ) -> int:
     """Serves `sites` from our edge in the emulator's server namespace and loads each page over each
     version `repetitions` times in Chromium in the client namespace (interleaved: page, repetition,
@@ -274,6 +347,8 @@ def measure_over_emu(
     import sys
 
     condition.validate()
+    if meter not in METERS:
+        raise BrowserError(f"meter must be one of {', '.join(METERS)}, got {meter!r}")
     if repetitions < 1:
         raise BrowserError(f"repetitions must be >= 1, got {repetitions}")
     for v in versions:
@@ -295,6 +370,8 @@ def measure_over_emu(
         "cert": str(cert),
         "out": str(out_jsonl.resolve()),
         "condition": asdict(condition),
+        "meter": meter,
+        "settle_ms": settle_ms,
         "loads": [
             {"url": f"https://{EMU_HOST}:{EMU_PORT}/{p}/index.html", "page": p, "http_version": v, "repetition": r}
             for p in pages
@@ -314,23 +391,57 @@ def measure_over_emu(
     return subprocess.run(cmd, env=env).returncode
 
 
+#: The two ways of measuring SI (module doc).
+METERS = ("lighthouse", "speedline")
+
+
 def run_loads(spec_path: Path) -> int:
-    """The client side of `measure_over_emu`: every load of the spec, one JSON line each."""
+    """The client side of `measure_over_emu`: every load of the spec, one JSON line each. The speedline
+    meter runs one Chromium per (repetition, version), keeping the spec's order within it."""
     spec = json.loads(spec_path.read_text())
     address = os.environ.get("GEARBOX_SERVER_ADDR", "10.0.0.1")
+    cert = Path(spec["cert"])
+    meter = spec.get("meter", "lighthouse")
     failures = 0
+
+    def emit(out, load: dict, result: BrowserLoad | BrowserError) -> None:
+        nonlocal failures
+        row = {k: load[k] for k in ("page", "http_version", "repetition")}
+        row |= {"condition": spec["condition"], "meter": meter}
+        if isinstance(result, BrowserError):
+            failures += 1
+            row["error"] = str(result)
+        else:
+            row |= result.as_dict()
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+        print(json.dumps(row), flush=True)
+
     with open(spec["out"], "a") as out:
-        for load in spec["loads"]:
-            row = {k: load[k] for k in ("page", "http_version", "repetition")} | {"condition": spec["condition"]}
-            try:
-                m = measure_load(
-                    load["url"], address=address, cert_pem=Path(spec["cert"]), http_version=load["http_version"]
-                )
-                row |= m.as_dict()
-            except BrowserError as e:
-                failures += 1
-                row["error"] = str(e)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(json.dumps(row), flush=True)
+        if meter == "speedline":
+            batches: dict[tuple[int, str], list[dict]] = {}
+            for load in spec["loads"]:
+                batches.setdefault((load["repetition"], load["http_version"]), []).append(load)
+            for (_, version), loads in batches.items():
+                try:
+                    results: list[BrowserLoad | BrowserError] = measure_loads_speedline(
+                        [x["url"] for x in loads],
+                        address=address,
+                        cert_pem=cert,
+                        http_version=version,
+                        settle_ms=spec.get("settle_ms", 1000),
+                    )
+                except BrowserError as e:
+                    results = [e] * len(loads)
+                for load, result in zip(loads, results, strict=True):
+                    emit(out, load, result)
+        else:
+            for load in spec["loads"]:
+                try:
+                    result: BrowserLoad | BrowserError = measure_load(
+                        load["url"], address=address, cert_pem=cert, http_version=load["http_version"]
+                    )
+                except BrowserError as e:
+                    result = e
+                emit(out, load, result)
     return 1 if failures else 0
