@@ -3,6 +3,7 @@ test controls, over HTTP/2 and HTTP/3 to a real edge on loopback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from support import Edge, free_port, make_cert, stop, wait_until_listening
 
+from gearbox.pages import generate, page_features
 from gearbox.pages.chromium import (
     BrowserError,
     BrowserLoad,
@@ -111,3 +113,53 @@ def test_h3_flags_force_quic_to_the_origin_and_h2_flags_disable_it() -> None:
     assert "--ignore-certificate-errors-spki-list=abc=" in h3
     assert h3[0] == "--host-resolver-rules=MAP gearbox.test 10.0.0.1"
     assert "--disable-quic" in chrome_flags("gearbox.test", 4433, "10.0.0.1", "abc=", "h2")
+
+
+@pytest.fixture(scope="module")
+def generated_edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Edge, Path]]:
+    directory = tmp_path_factory.mktemp("generated")
+    sites = directory / "sites"
+    generate(sites, 2, seed=5)
+    cert, key = make_cert(gearbox_bin, directory, "edge")
+    port = free_port()
+    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
+    with log.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{port}", "--cert", str(cert), "--key", str(key)]
+            + ["--telemetry", str(telemetry), "--static-dir", str(sites)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until_listening(proc, port, log)
+        yield Edge(origin=f"https://localhost:{port}", port=port, cert=cert, telemetry=telemetry, log=log), sites
+    finally:
+        stop(proc)
+
+
+@pytest.mark.parametrize("http_version", ["h2", "h3"])
+def test_chromium_loads_and_paints_every_object_of_a_generated_page(
+    generated_edge: tuple[Edge, Path], http_version: str
+) -> None:
+    edge, sites = generated_edge
+    names = ["page-0000", "page-0001"]
+    loads = measure_loads_speedline(
+        [f"{edge.origin}/{n}/index.html" for n in names],
+        address="127.0.0.1",
+        cert_pem=edge.cert,
+        http_version=http_version,
+    )
+    for name, load in zip(names, loads, strict=True):
+        assert isinstance(load, BrowserLoad), load
+        graph = json.loads((sites / f"{name}.page.json").read_text())
+        # Every object of the page was fetched, each once, all over the version asked for (besides
+        # them, at most the browser's own favicon request).
+        expected = sorted(o["path"] for o in graph["objects"])
+        assert sorted(p for p in load.paths if p != "/favicon.ico") == expected, name
+        assert set(load.protocols) == {http_version}, load
+        assert load.transfer_bytes >= page_features(sites / name).all_bytes
+        # SI cannot come before the first paint; FCP is the page's own timing and SI the trace's
+        # screenshots, so allow a frame (~17 ms) and clock granularity between them.
+        assert load.fcp_ms > 0
+        assert load.speed_index_ms >= load.fcp_ms - 50, load

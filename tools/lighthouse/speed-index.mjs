@@ -36,12 +36,14 @@ async function measure(url) {
     const page = await context.newPage();
     const cdp = await page.createCDPSession();
     const protocols = {};
+    const paths = [];
     let transfer = 0;
     await cdp.send('Network.enable');
     cdp.on('Network.responseReceived', (e) => {
       if (e.response.url.startsWith('data:')) return;
       const p = e.response.protocol || 'unknown';
       protocols[p] = (protocols[p] || 0) + 1;
+      paths.push(new URL(e.response.url).pathname);
     });
     cdp.on('Network.loadingFinished', (e) => { transfer += e.encodedDataLength || 0; });
     await page.tracing.start({screenshots: true, categories: CATEGORIES});
@@ -61,7 +63,7 @@ async function measure(url) {
     if (nav.length === 0) throw new Error(`no navigationStart for ${url} in the trace`);
     const timeOrigin = nav[nav.length - 1].ts;
     const si = await speedline(events, {timeOrigin, fastMode: true, include: 'speedIndex'});
-    return {url, speed_index_ms: si.speedIndex, ...timing, protocols, transfer_bytes: transfer};
+    return {url, speed_index_ms: si.speedIndex, ...timing, protocols, paths, transfer_bytes: transfer};
   } finally {
     await context.close();
   }

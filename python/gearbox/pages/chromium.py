@@ -68,6 +68,8 @@ class BrowserLoad:
     protocols: dict[str, int]
     #: Response bytes the page transferred.
     transfer_bytes: int
+    #: URL path of every response, in arrival order.
+    paths: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -251,6 +253,7 @@ def measure_loads_speedline(
                 lcp_ms=None,
                 protocols=r["protocols"],
                 transfer_bytes=int(r["transfer_bytes"]),
+                paths=tuple(r.get("paths", ())),
             )
         )
     return out
@@ -274,11 +277,15 @@ def parse_report(lhr: dict, url: str, http_version: str) -> BrowserLoad:
         return float(v)
 
     metrics = audits["metrics"]["details"]["items"][0]
+    from urllib.parse import urlsplit
+
     protocols: dict[str, int] = {}
+    paths: list[str] = []
     transfer = 0
     for item in audits["network-requests"]["details"]["items"]:
         if item.get("url", "").startswith("data:"):
             continue
+        paths.append(urlsplit(item["url"]).path)
         p = item.get("protocol") or "unknown"
         protocols[p] = protocols.get(p, 0) + 1
         transfer += int(item.get("transferSize") or 0)
@@ -292,6 +299,7 @@ def parse_report(lhr: dict, url: str, http_version: str) -> BrowserLoad:
         lcp_ms=None if lcp is None else float(lcp),
         protocols=protocols,
         transfer_bytes=transfer,
+        paths=tuple(paths),
     )
 
 
