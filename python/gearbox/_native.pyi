@@ -202,7 +202,13 @@ class SimPageLoad:
         """Runs to the next stream that needs a path; None when the page is loaded."""
     def assign(self, object: int, path: int, reason: str = "") -> None:
         """Sends waiting stream `object` on `path`."""
+    def run(self, scheduler: str, model_dir: _Path | None = None) -> dict[str, Any]:
+        """Loads the rest of the page with a Rust path scheduler ("minrtt", "round-robin",
+        "single-best", "ecf", "blest", or "sailfish" with `model_dir`); returns the outcome."""
     def outcome(self) -> dict[str, Any]:
         """Every object's path and times, and the page load time once done."""
     def records(self) -> list[dict[str, Any]]:
         """Client records of the streams completed so far."""
+
+def sailfish_feature_names(paths: int) -> list[str]:
+    """SAILfish's observation, in the order of a `SimPageLoad.next_stream()`'s `features`."""

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import gearbox.sim  # noqa: F401  (registers the environments)
 from gearbox.sim import SimPageLoad
-from gearbox.sim.paths import DEFAULT_SCENARIO, PATH_FEATURES, STREAM_FEATURES, PathSchedulingEnv
+from gearbox.sim.paths import DEFAULT_SCENARIO, PathSchedulingEnv, feature_names
 
 
 def episode(env: PathSchedulingEnv, choose, seed: int) -> tuple[float, dict]:
@@ -25,7 +25,7 @@ def episode(env: PathSchedulingEnv, choose, seed: int) -> tuple[float, dict]:
 def test_the_environment_passes_gymnasiums_checker():
     env = gym.make("gearbox/PathScheduling-v0").unwrapped
     check_env(env, skip_render_check=True)
-    assert env.observation_space.shape == (2 * PATH_FEATURES + STREAM_FEATURES,)
+    assert env.observation_space.shape == (len(feature_names(2)),)
 
 
 def test_the_fast_path_earns_more_reward_and_loads_faster_than_the_slow_one():
@@ -58,7 +58,7 @@ def test_a_page_load_steps_stream_by_stream_and_records_the_path():
     records = load.records()
     assert len(records) == len(out["streams"])
     root = next(r for r in records if r["url"].endswith(".html"))
-    assert root["decision"] == "path=1;root on lte"
+    assert (root["path_index"], root["path_decision"]) == (1, "root on lte")
     with pytest.raises(ValueError, match="not waiting"):
         load.assign(0, 0)
 
@@ -77,3 +77,13 @@ def test_bad_input_is_refused_with_its_field():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="not in"):
         env.step(np.int64(2))
+
+
+def test_rust_schedulers_load_a_page_and_an_unknown_one_gets_the_list():
+    for name in ("minrtt", "round-robin", "single-best", "ecf", "blest"):
+        out = SimPageLoad(DEFAULT_SCENARIO, 3).run(name)
+        assert not out["timed_out"] and all(s["path"] in (0, 1) for s in out["streams"])
+    with pytest.raises(ValueError, match="minrtt.*sailfish"):
+        SimPageLoad(DEFAULT_SCENARIO, 3).run("fastest")
+    with pytest.raises(ValueError, match="model_dir"):
+        SimPageLoad(DEFAULT_SCENARIO, 3).run("sailfish")

@@ -727,6 +727,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("BadPage", py.get_type::<BadPage>())?;
     m.add_function(wrap_pyfunction!(sim::floo_feature_names, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sailfish_feature_names, m)?)?;
     m.add_function(wrap_pyfunction!(sim::generate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(workload_requests, m)?)?;
     m.add_function(wrap_pyfunction!(workload_names, m)?)?;

@@ -145,6 +145,13 @@ impl PySimSession {
     }
 }
 
+/// The names of SAILfish's observation for a client with `paths` paths, in the order of
+/// a `SimPageLoad.next_stream()`'s `features` (docs/sailfish.md).
+#[pyfunction]
+pub fn sailfish_feature_names(paths: usize) -> Vec<String> {
+    gearbox_gears::path::sailfish::feature_names(paths)
+}
+
 /// The names of the Floo Monitor's normalised state, in the order of a monitor's
 /// `features` (docs/floo.md "State").
 #[pyfunction]
@@ -209,11 +216,45 @@ impl PySimPageLoad {
     }
 
     /// Runs to the next stream that needs a path: a dict (object, kind, size_bytes,
-    /// priority, now_ms, paths: one dict per path) or None when the page is loaded or
-    /// the time limit came.
+    /// priority, now_ms, request and paths as a path scheduler sees them, and
+    /// `features`: SAILfish's observation, computed by the Rust gear's own code,
+    /// `sailfish_feature_names(paths)` order) or None when the page is loaded or the
+    /// time limit came.
     fn next_stream<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let next = self.load.next_stream().map_err(sim_error)?;
+        #[derive(serde::Serialize)]
+        struct WithFeatures {
+            #[serde(flatten)]
+            request: gearbox_sim::StreamRequest,
+            features: Vec<f32>,
+        }
+        let next = self.load.next_stream().map_err(sim_error)?.map(|request| WithFeatures {
+            features: gearbox_gears::path::sailfish::features(&request.request, &request.paths),
+            request,
+        });
         to_py(py, &next)
+    }
+
+    /// Loads the rest of the page with a Rust path scheduler choosing every stream:
+    /// one of `gearbox_gears::path::SCHEDULERS`, or "sailfish" with the policy in
+    /// `model_dir`. Returns the outcome.
+    #[pyo3(signature = (scheduler, model_dir = None))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        scheduler: &str,
+        model_dir: Option<std::path::PathBuf>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut gear: Box<dyn gearbox_gear_api::PathGear> = match scheduler {
+            "sailfish" => {
+                let dir = model_dir.ok_or_else(|| PyValueError::new_err("scheduler \"sailfish\" needs model_dir"))?;
+                Box::new(gearbox_gears::path::SailfishGear::load(&dir, self.load.paths()).map_err(sim_error)?)
+            }
+            name => {
+                gearbox_gears::path::scheduler(name).map_err(|e| PyValueError::new_err(format!("{e}, sailfish")))?
+            }
+        };
+        let out = self.load.run_gear(gear.as_mut()).map_err(sim_error)?;
+        to_py(py, &out)
     }
 
     /// Sends waiting stream `object` on `path`; `reason` goes to its record.

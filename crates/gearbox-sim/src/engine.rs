@@ -58,7 +58,7 @@ pub struct SimOutcome {
 
 const SERVER: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 4433);
 /// The client's address on path `p` (path 0 is the single-path client's).
-fn client_ip(path: usize) -> std::net::Ipv4Addr {
+pub(crate) fn client_ip(path: usize) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::new(10, 0, path as u8, 2)
 }
 const SERVER_NAME: &str = "sim.gearbox.invalid";
@@ -108,9 +108,17 @@ pub(crate) struct ClientConn {
 }
 
 impl ClientConn {
-    /// quinn's statistics of the connection.
-    pub(crate) fn stats(&self) -> quinn_proto::ConnectionStats {
-        self.conn.stats()
+    /// A reading of its statistics for a path monitor.
+    pub(crate) fn sample(&self) -> gearbox_gear_api::PathSample {
+        let s = self.conn.stats();
+        gearbox_gear_api::PathSample {
+            srtt_ms: s.path.rtt.as_secs_f64() * 1e3,
+            min_rtt_ms: s.path.min_rtt.as_secs_f64() * 1e3,
+            cwnd_bytes: s.path.cwnd,
+            sent_packets: s.path.sent_packets,
+            lost_packets: s.path.lost_packets,
+            rx_bytes: s.udp_rx.bytes,
+        }
     }
 
     /// Whether its handshake finished and it is still open.
@@ -244,6 +252,9 @@ pub(crate) struct Sim {
     pub(crate) completed: usize,
     /// A page load's dependency graph ([`crate::PageLoad`]); None for a workload run.
     pub(crate) graph: Option<crate::page::Graph>,
+    /// A page load's completed streams not yet handed to its path monitors: when, which
+    /// object, and its path's statistics then.
+    pub(crate) completions: Vec<(Instant, usize, gearbox_gear_api::PathSample)>,
     cc_name: String,
     buf: Vec<u8>,
     /// Records already handed out by [`Session::take_records`].
@@ -565,6 +576,7 @@ impl Sim {
             taken: 0,
             period_rcts: HashMap::new(),
             graph: None,
+            completions: Vec::new(),
         })
     }
 
@@ -980,12 +992,18 @@ impl Sim {
             progress = true;
             if let Some(g) = self.graph.as_mut() {
                 g.completed(i, self.now, &mut self.pending);
+                // The client reads the path's statistics as each response completes
+                // (gearbox-client's multipath load does): the page load's monitors
+                // replay these readings in order.
+                let sample = self.clients[self.pending[i].conn].sample();
+                self.completions.push((self.instant(), i, sample));
             }
         }
         progress
     }
 
     fn record(&self, i: usize) -> String {
+        let path = self.graph.as_ref().and_then(|g| g.decision(i));
         let p = &self.pending[i];
         let c = &self.clients[p.conn];
         let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
@@ -1023,19 +1041,14 @@ impl Sim {
                 unacked_bytes: None,
                 delivery_rate_bps: None,
             }),
-            decision: Some(
-                self.graph
-                    .as_ref()
-                    .and_then(|g| g.reason(i))
-                    .unwrap_or_else(|| "sim:quic".into()),
-            ),
+            decision: Some("sim:quic".into()),
             decision_id: None,
             click: Some(p.req.click),
             error: None,
             retried_from: None,
             retry_lost_ms: None,
-            path_index: None,
-            path_decision: None,
+            path_index: path.map(|(p, _)| p),
+            path_decision: path.map(|(_, reason)| reason.to_string()),
         };
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {

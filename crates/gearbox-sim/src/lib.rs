@@ -28,7 +28,7 @@ mod packet;
 mod page;
 
 pub use engine::{run, ConnectionMonitor, GearRun, Session, SimError, SimOutcome};
-pub use page::{PageLoad, PageOutcome, PathObservation, StreamOutcome, StreamRequest, RTT_HISTORY};
+pub use page::{PageLoad, PageOutcome, StreamOutcome, StreamRequest};
 
 use std::path::{Path, PathBuf};
 

@@ -6,19 +6,18 @@
 //! In gearbox the client, not the server, decides: it sends each request on the QUIC
 //! connection of the chosen path and the response returns on it (one connection per
 //! path, docs/architecture.md "Choices made"), so what a decision sees is what the
-//! client's quinn knows about each path ([`PathObservation`]).
+//! client knows about each path: the [`PathState`] that `gearbox-client`'s multipath
+//! page load hands its scheduler, built by the same [`PathMonitor`] from readings of the
+//! client connection's quinn-proto statistics.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use gearbox_gear_api::{PathGear, PathMonitor, PathRequest, PathState};
 use gearbox_workload::{request_bytes_for_get, ObjectKind, Page, Request};
 
 use crate::engine::{Pending, Sim};
 use crate::{SimConfig, SimError};
-
-/// How many of a path's recent sRTT samples a decision sees (SAILfish §5.1.2 feeds
-/// each path's recent latencies to a 1-D convolution).
-pub const RTT_HISTORY: usize = 8;
 
 /// The dependency graph of the page being loaded, inside the simulator.
 pub(crate) struct Graph {
@@ -32,7 +31,10 @@ pub(crate) struct Graph {
     done_at: Vec<Option<Duration>>,
     path: Vec<Option<usize>>,
     reason: Vec<String>,
-    priority: Vec<u8>,
+    /// Each object's place among objects ready together ([`PageObject::browser_order`]).
+    ///
+    /// [`PageObject::browser_order`]: gearbox_workload::PageObject::browser_order
+    order: Vec<(u8, u8, usize)>,
 }
 
 impl Graph {
@@ -52,7 +54,7 @@ impl Graph {
             done_at: vec![None; n],
             path: vec![None; n],
             reason: vec![String::new(); n],
-            priority: page.objects.iter().map(|o| o.priority).collect(),
+            order: page.objects.iter().map(|o| o.browser_order()).collect(),
         }
     }
 
@@ -60,13 +62,11 @@ impl Graph {
     fn discover(&mut self, i: usize, now: Duration, pending: &mut [Pending]) {
         self.discovered_at[i] = Some(now);
         pending[i].req.send_at_ms = now.as_secs_f64() * 1e3;
-        // The browser-like order (SAILfish §5.1.4): most urgent first (RFC 9218
-        // urgency: HTML, CSS and JS before images), then discovery order.
-        let key = |j: usize| (self.priority[j], j);
+        // The browser's order (SAILfish §5.1.4), the same rule as the client's page load.
         let at = self
             .ready
             .iter()
-            .position(|&j| key(j) > key(i))
+            .position(|&j| self.order[j] > self.order[i])
             .unwrap_or(self.ready.len());
         self.ready.insert(at, i);
     }
@@ -83,46 +83,10 @@ impl Graph {
         }
     }
 
-    /// The decision reason recorded for object `i`, if it was assigned.
-    pub(crate) fn reason(&self, i: usize) -> Option<String> {
-        self.path[i].map(|p| format!("path={p};{}", self.reason[i]))
+    /// The path and the scheduler's reason recorded for object `i`, if it was assigned.
+    pub(crate) fn decision(&self, i: usize) -> Option<(usize, &str)> {
+        self.path[i].map(|p| (p, self.reason[i].as_str()))
     }
-}
-
-/// What the client knows about one path when it decides (SAILfish §4.2.1.1: bandwidth
-/// estimate, smoothed RTT, lost, retransmitted and total packets in the epoch; plus the
-/// work already queued on the path, which MinRTT-style schedulers do not see and ECF
-/// and BLEST do).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PathObservation {
-    /// Path index.
-    pub path: usize,
-    /// Whether the path's connection finished its handshake.
-    pub connected: bool,
-    /// quinn's smoothed RTT, ms (its initial 333 ms before a sample).
-    pub srtt_ms: f64,
-    /// Smallest sRTT seen at a decision, ms.
-    pub min_rtt_ms: f64,
-    /// sRTT at the latest decisions, oldest first, [`RTT_HISTORY`] long (padded with the
-    /// first value).
-    pub rtt_history_ms: Vec<f64>,
-    /// Delivery-rate estimate, bit/s: the largest rate at which the path delivered
-    /// response bytes over an interval between decisions in which it had bytes
-    /// outstanding (a max filter over the last 10 such intervals, as BBR's BtlBw); 0
-    /// before the first.
-    pub delivery_rate_bps: f64,
-    /// The client's congestion window on the path, bytes.
-    pub cwnd_bytes: u64,
-    /// Packets the client's connection declared lost since the previous decision.
-    pub lost_packets: u64,
-    /// Packets it sent since the previous decision.
-    pub sent_packets: u64,
-    /// Congestion events since the previous decision.
-    pub congestion_events: u64,
-    /// Response bytes assigned to the path and not yet received.
-    pub outstanding_bytes: u64,
-    /// Streams assigned to the path and not yet complete.
-    pub streams_in_flight: usize,
 }
 
 /// One stream waiting for a path.
@@ -138,8 +102,10 @@ pub struct StreamRequest {
     pub priority: u8,
     /// Simulated time, ms since the load started.
     pub now_ms: f64,
-    /// Every path, in path order.
-    pub paths: Vec<PathObservation>,
+    /// The request as a path scheduler sees it.
+    pub request: PathRequest,
+    /// Every path, in path order, as the scheduler sees it.
+    pub paths: Vec<PathState>,
 }
 
 /// One stream of a finished (or timed-out) load.
@@ -170,25 +136,14 @@ pub struct PageOutcome {
     pub timed_out: bool,
 }
 
-/// Per-path memory between decisions.
-#[derive(Default, Clone)]
-struct PathMemory {
-    rtts: VecDeque<f64>,
-    min_rtt_ms: Option<f64>,
-    /// (time, received response bytes on the path, outstanding at that time).
-    last: Option<(Duration, u64, u64)>,
-    rates: VecDeque<f64>,
-    /// quinn's counters at the previous decision: lost, sent, congestion events.
-    counters: (u64, u64, u64),
-}
-
 /// A page load on a (multipath) client that a scheduler steps through.
 pub struct PageLoad {
     sim: Sim,
     limit: Duration,
-    memory: Vec<PathMemory>,
+    monitors: Vec<PathMonitor>,
     sizes: Vec<u64>,
     kinds: Vec<ObjectKind>,
+    urls: Vec<String>,
 }
 
 impl PageLoad {
@@ -220,10 +175,13 @@ impl PageLoad {
         graph.discover(0, Duration::ZERO, &mut sim.pending);
         sim.graph = Some(graph);
         Ok(PageLoad {
-            memory: vec![PathMemory::default(); sim.paths.len()],
+            monitors: (0..sim.paths.len())
+                .map(|p| PathMonitor::new(p, crate::engine::client_ip(p).to_string()))
+                .collect(),
             limit: Duration::from_secs_f64(config.time_limit_s()),
             sizes: page.objects.iter().map(|o| o.size_bytes).collect(),
             kinds: page.objects.iter().map(|o| o.kind).collect(),
+            urls: page.objects.iter().map(|o| o.path.clone()).collect(),
             sim,
         })
     }
@@ -247,12 +205,19 @@ impl PageLoad {
             }
         }
         let object = self.graph().ready[0];
+        let priority = self.graph().order[object].0;
         Ok(Some(StreamRequest {
             object,
             kind: self.kinds[object],
             size_bytes: self.sizes[object],
-            priority: self.graph().priority[object],
+            priority,
             now_ms: self.sim.now.as_secs_f64() * 1e3,
+            request: PathRequest {
+                url: self.urls[object].clone(),
+                urgency: priority,
+                expected_bytes: Some(self.sizes[object]),
+                workload_client: None,
+            },
             paths: self.observe(),
         }))
     }
@@ -275,7 +240,18 @@ impl PageLoad {
         g.ready.remove(at);
         g.path[object] = Some(path);
         g.reason[object] = reason.to_string();
+        self.monitors[path].stream_started(self.sizes[object]);
         self.sim.start_on_path(object, path)
+    }
+
+    /// Loads the page with a path gear deciding every stream (the gear sees every path:
+    /// none fails in the simulator).
+    pub fn run_gear(&mut self, gear: &mut dyn PathGear) -> Result<PageOutcome, SimError> {
+        while let Some(r) = self.next_stream()? {
+            let d = gear.choose(&r.request, &r.paths, self.sim.instant());
+            self.assign(r.object, d.choice, &d.reason)?;
+        }
+        Ok(self.outcome())
     }
 
     /// Loads the page with `choose` deciding every stream: (path, reason).
@@ -318,74 +294,26 @@ impl PageLoad {
         self.sim.records().to_vec()
     }
 
-    /// Every path's observation now, updating the per-decision memory.
-    fn observe(&mut self) -> Vec<PathObservation> {
-        let now = self.sim.now;
-        let mut out = Vec::with_capacity(self.memory.len());
-        for p in 0..self.memory.len() {
-            let conn = self.sim.path_conn[p].map(|c| &self.sim.clients[c]);
-            let (srtt_ms, cwnd, counters, connected) = match conn {
-                Some(c) => {
-                    let s = c.stats();
-                    (
-                        s.path.rtt.as_secs_f64() * 1e3,
-                        s.path.cwnd,
-                        (s.path.lost_packets, s.path.sent_packets, s.path.congestion_events),
-                        c.is_connected(),
-                    )
-                }
-                None => (f64::NAN, 0, (0, 0, 0), false),
-            };
-            let (mut outstanding, mut in_flight, mut received) = (0u64, 0usize, 0u64);
-            for (i, pending) in self.sim.pending.iter().enumerate() {
-                if self.graph().path[i] == Some(p) {
-                    received += pending.received;
-                    if self.graph().done_at[i].is_none() {
-                        outstanding += pending.req.response_bytes.saturating_sub(pending.received);
-                        in_flight += 1;
-                    }
-                }
+    /// Every path's state now: the readings taken as streams completed since the
+    /// previous decision are replayed (each stream taken off its path, then the reading),
+    /// then each connected path's statistics are read, as the client does before a
+    /// request.
+    fn observe(&mut self) -> Vec<PathState> {
+        for (at, i, sample) in std::mem::take(&mut self.sim.completions) {
+            if let Some(p) = self.sim.graph.as_ref().and_then(|g| g.path[i]) {
+                self.monitors[p].stream_ended(self.sizes[i]);
+                self.monitors[p].observe(at, sample);
             }
-            let m = &mut self.memory[p];
-            if srtt_ms.is_finite() {
-                m.rtts.push_back(srtt_ms);
-                if m.rtts.len() > RTT_HISTORY {
-                    m.rtts.pop_front();
-                }
-                m.min_rtt_ms = Some(m.min_rtt_ms.map_or(srtt_ms, |v| v.min(srtt_ms)));
-            }
-            if let Some((t0, r0, busy)) = m.last {
-                let dt = now.saturating_sub(t0).as_secs_f64();
-                if busy > 0 && dt > 0.0 && received > r0 {
-                    m.rates.push_back((received - r0) as f64 * 8.0 / dt);
-                    if m.rates.len() > 10 {
-                        m.rates.pop_front();
-                    }
-                }
-            }
-            m.last = Some((now, received, outstanding));
-            let (l0, s0, c0) = m.counters;
-            m.counters = counters;
-            let mut history: Vec<f64> = m.rtts.iter().copied().collect();
-            let first = history.first().copied().unwrap_or(srtt_ms);
-            while history.len() < RTT_HISTORY {
-                history.insert(0, first);
-            }
-            out.push(PathObservation {
-                path: p,
-                connected,
-                srtt_ms,
-                min_rtt_ms: m.min_rtt_ms.unwrap_or(srtt_ms),
-                rtt_history_ms: history,
-                delivery_rate_bps: m.rates.iter().copied().fold(0.0, f64::max),
-                cwnd_bytes: cwnd,
-                lost_packets: counters.0.saturating_sub(l0),
-                sent_packets: counters.1.saturating_sub(s0),
-                congestion_events: counters.2.saturating_sub(c0),
-                outstanding_bytes: outstanding,
-                streams_in_flight: in_flight,
-            });
         }
-        out
+        let instant = self.sim.instant();
+        for m in &mut self.monitors {
+            let Some(c) = self.sim.path_conn[m.index].map(|c| &self.sim.clients[c]) else {
+                continue;
+            };
+            if c.is_connected() {
+                m.observe(instant, c.sample());
+            }
+        }
+        self.monitors.iter().map(PathMonitor::state).collect()
     }
 }

@@ -11,7 +11,7 @@ Reward (SAILfish eq. 4.1): R_t = α·bdw − β·ctime − γ·aRTT − δ·aLOS
 1.0, 1.0, 0.8, 0.6 (§5.1.2), in units that make each term of order one on the paths of
 SAILfish Table 5.2: bdw is the chosen path's delivery-rate estimate in 10 Mbit/s, ctime
 the stream's completion time in seconds, aRTT the sum of the paths' sRTTs in 100 ms,
-aLOSS the lost packets of every path since the previous decision, in tens. A stream's
+aLOSS the lost packets of every path in the load so far, in tens. A stream's
 completion time is known only when it arrives, so a step's reward carries the immediate
 terms of its own decision and −β·ctime of the streams that completed since the previous
 step (the episode's sum is the sum of eq. 4.1 over its decisions); `info["decision_rewards"]`
@@ -20,7 +20,6 @@ at the end gives eq. 4.1 per decision for learners that credit each decision exa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gearbox._native import SimPageLoad
+from gearbox._native import SimPageLoad, sailfish_feature_names
 
 # SAILfish §5.1.2's reward weights.
 ALPHA, BETA, GAMMA, DELTA = 1.0, 1.0, 0.8, 0.6
-RTT_HISTORY = 8
 
 # Two contrasting paths (SAILfish Table 5.2's heterogeneous class): WiFi-like and LTE-like.
 DEFAULT_SCENARIO = """
@@ -54,71 +52,28 @@ delay_ms = 40.0
 base_rtt_ms = 80.0
 """
 
-# Per path: connected, log2 delivery rate (Mbit/s), sRTT, min RTT, the sRTT history
-# (100 ms units), cwnd (log2 of packets), lost and sent packets since the previous decision
-# (log1p), outstanding response bytes (log1p of kB) and streams in flight; then the
-# stream's log1p size (kB) and urgency / 7.
+# The observation is SAILfish's state computed in Rust by the code the client's SAILfish
+# gear runs (`gearbox_gears::path::sailfish::features`; docs/sailfish.md "State"): per
+# path, RTTs in 100 ms, rates and counts on log scales, all >= 0; then the stream's size
+# and urgency.
 OBS_MAX = 1e4
-
-
-PATH_FEATURE_NAMES = (
-    "connected",
-    "log2_delivery_rate_mbps",
-    "srtt_100ms",
-    "min_rtt_100ms",
-    *(f"srtt_hist{i}_100ms" for i in range(RTT_HISTORY)),
-    "log2_cwnd_packets",
-    "log1p_lost_packets",
-    "log1p_sent_packets",
-    "log1p_outstanding_kb",
-    "streams_in_flight",
-)
-STREAM_FEATURE_NAMES = ("log1p_size_kb", "urgency_7")
-
-
-PATH_FEATURES = len(PATH_FEATURE_NAMES)
-STREAM_FEATURES = len(STREAM_FEATURE_NAMES)
 
 
 def feature_names(paths: int) -> list[str]:
     """The observation's names, in order, for a client with `paths` paths."""
-    return [f"p{i}_{n}" for i in range(paths) for n in PATH_FEATURE_NAMES] + list(STREAM_FEATURE_NAMES)
-
-
-def path_features(p: dict[str, Any]) -> list[float]:
-    """The observation of one path (a `SimPageLoad.next_stream()` path dict)."""
-
-    def rtt(ms: float) -> float:
-        return ms / 100.0 if math.isfinite(ms) else 0.0
-
-    return [
-        1.0 if p["connected"] else 0.0,
-        math.log2(1.0 + p["delivery_rate_bps"] / 1e6),
-        rtt(p["srtt_ms"]),
-        rtt(p["min_rtt_ms"]),
-        *(rtt(x) for x in p["rtt_history_ms"]),
-        math.log2(1.0 + p["cwnd_bytes"] / 1200.0),
-        math.log1p(p["lost_packets"]),
-        math.log1p(p["sent_packets"]),
-        math.log1p(p["outstanding_bytes"] / 1000.0),
-        float(p["streams_in_flight"]),
-    ]
+    return sailfish_feature_names(paths)
 
 
 def observe(request: dict[str, Any]) -> np.ndarray:
-    """The observation of one decision: every path's features, then the stream's."""
-    values: list[float] = []
-    for p in request["paths"]:
-        values.extend(path_features(p))
-    values.extend([math.log1p(request["size_bytes"] / 1000.0), request["priority"] / 7.0])
-    return np.clip(np.asarray(values, dtype=np.float32), 0.0, OBS_MAX)
+    """The observation of one decision (a `SimPageLoad.next_stream()` dict)."""
+    return np.clip(np.asarray(request["features"], dtype=np.float32), 0.0, OBS_MAX)
 
 
 def immediate_reward(request: dict[str, Any], path: int) -> float:
     """Eq. 4.1's terms known at the decision: α·bdw − γ·aRTT − δ·aLOSS."""
     paths = request["paths"]
-    bdw = paths[path]["delivery_rate_bps"] / 10e6
-    artt = sum(p["srtt_ms"] for p in paths if math.isfinite(p["srtt_ms"])) / 100.0
+    bdw = (paths[path]["delivery_rate_bps"] or 0) / 10e6
+    artt = sum(p["srtt_ms"] for p in paths if p["srtt_ms"] is not None) / 100.0
     aloss = sum(p["lost_packets"] for p in paths) / 10.0
     return ALPHA * bdw - GAMMA * artt - DELTA * aloss
 
@@ -148,7 +103,7 @@ class PathSchedulingEnv(gym.Env):
         self._page_seeds = list(page_seeds) if page_seeds is not None else None
         if self._page_seeds == []:
             raise ValueError("page_seeds: give at least one page seed")
-        size = self.n_paths * PATH_FEATURES + STREAM_FEATURES
+        size = len(feature_names(self.n_paths))
         self.action_space = spaces.Discrete(self.n_paths)
         # Every feature is >= 0; the largest (log2 of a cwnd in packets, streams in flight)
         # stay far below OBS_MAX.

@@ -153,7 +153,12 @@ impl SailfishGear {
         let want = feature_names(paths);
         let names: Vec<&str> = model.feature_names().collect();
         if names.len() != want.len() || names.iter().zip(&want).any(|(a, b)| a != b) {
-            let detail = match names.iter().zip(&want).enumerate().find(|(_, (a, b))| **a != b.as_str()) {
+            let detail = match names
+                .iter()
+                .zip(&want)
+                .enumerate()
+                .find(|(_, (a, b))| **a != b.as_str())
+            {
                 Some((i, (got, w))) => format!("feature {i} is {got:?}, expected {w:?}"),
                 None => format!("{} features, expected {}", names.len(), want.len()),
             };
