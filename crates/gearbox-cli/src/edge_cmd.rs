@@ -40,6 +40,9 @@ pub struct EdgeArgs {
     /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
     #[arg(long)]
     pub tcp_cc: Option<TcpCc>,
+    /// TCP_NOTSENT_LOWAT of accepted TCP connections, bytes; 0 = the system's (unlimited) [default: 16384].
+    #[arg(long, value_name = "BYTES")]
+    pub tcp_notsent_lowat: Option<u32>,
     /// TCP WISE's Cwnd Table (TOML, docs/tcpwise.md): the initial window per client
     /// cluster and hour, on TCP (BPF sock_ops, needs root) and QUIC; reloaded when the
     /// file changes.
@@ -109,6 +112,9 @@ impl EdgeArgs {
         }
         if self.tcp_cc.is_some() {
             c.tcp_cc = self.tcp_cc;
+        }
+        if self.tcp_notsent_lowat.is_some() {
+            c.tcp_notsent_lowat_bytes = self.tcp_notsent_lowat;
         }
         if self.cwnd_table.is_some() {
             c.cwnd_table = self.cwnd_table.clone();
