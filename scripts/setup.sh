@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 for pair in caddy:caddy nginx:nginx gtlsclient:ngtcp2-client gtlsserver:ngtcp2-server \
-            chromium:chromium iperf3:iperf3 curl:curl jq:jq; do
+            chromium:chromium iperf3:iperf3 curl:curl jq:jq node:nodejs npm:npm openssl:openssl; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need_pkgs+=("$pkg")
 done
@@ -31,5 +31,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Lighthouse for Speed Index in Chromium (docs/flexhttp.md), pinned exactly (12.x runs on Node 20;
+# 13.x needs Node 22) with its lock file, into the project-local tools/lighthouse.
+if [ "$(node -p "try{require('./tools/lighthouse/node_modules/lighthouse/package.json').version}catch(e){''}" 2>/dev/null)" != "12.2.3" ]; then
+  echo "setup: installing lighthouse 12.2.3 into tools/lighthouse"
+  (cd tools/lighthouse && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 scripts/python-setup.sh

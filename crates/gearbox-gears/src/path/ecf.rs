@@ -19,9 +19,8 @@
 //! scheduler cannot hold a stream back, and the stream then goes out as soon as `f`
 //! has room); `k` is the response bytes already in flight on the path plus the new
 //! stream's expected size (each path's own queue: `f`'s in `n`, `s`'s in the slow
-//! estimate); windows are the paths' windows in bytes ([`PathState::window_bytes`]:
-//! the larger of the congestion window and what the path delivers per round trip);
-//! `σ` is the spread
+//! estimate); windows are the paths' download windows in bytes
+//! ([`PathState::window_bytes`]: on the client, the BDP of the measured delivery rate); `σ` is the spread
 //! of the path's recent sRTT samples ([`PathState::rtt_spread_ms`]). "Room" is
 //! [`super::has_room`]. With more than two paths, `s` is the lowest-sRTT path other
 //! than `f` that has room; with none, the stream goes on `f`.
