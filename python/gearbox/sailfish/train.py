@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entropy-start", type=float, default=1.0, help="entropy weight at the start (SAILfish: 10)")
     ap.add_argument("--entropy-end", type=float, default=0.01, help="entropy weight at the end")
     ap.add_argument("--episodes-per-update", type=int, default=4, help="page loads per update (SAILfish: 1)")
+    ap.add_argument("--out", type=Path, default=Path("models/sailfish"))
     args = ap.parse_args(argv)
     if args.epochs < 1:
         ap.error(f"--epochs must be >= 1, got {args.epochs}")
