@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import Edge, free_port, make_cert, stop, wait_until_listening
+from support import Edge, running_edge
 
 import gearbox
 from gearbox.pages import GenerateError, ModelError, PageFeatureError, PageModel, generate, page_features, plan_page
@@ -194,22 +194,8 @@ def site_edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     directory = tmp_path_factory.mktemp("pages-edge")
     sites = directory / "sites"
     generate(sites, 3, seed=21)
-    cert, key = make_cert(gearbox_bin, directory, "edge")
-    port = free_port()
-    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{port}", "--cert", str(cert), "--key", str(key)]
-            + ["--telemetry", str(telemetry), "--static-dir", str(sites)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until_listening(proc, port, log)
-        yield Edge(origin=f"https://127.0.0.1:{port}", port=port, cert=cert, telemetry=telemetry, log=log), sites
-    finally:
-        stop(proc)
+    with running_edge(gearbox_bin, directory, ["--static-dir", str(sites)]) as edge:
+        yield edge, sites
 
 
 @pytest.mark.parametrize("transport", ["tcp", "quic"])

@@ -4,12 +4,11 @@ test controls, over HTTP/2 and HTTP/3 to a real edge on loopback."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import Edge, free_port, make_cert, stop, wait_until_listening
+from support import Edge, running_edge
 
 from gearbox.pages import generate, page_features
 from gearbox.pages.chromium import (
@@ -41,22 +40,8 @@ def progress_edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -
     site.mkdir()
     for delay in (300, 2300):
         (site / f"delay-{delay}.html").write_text(PAGE.format(delay=delay))
-    cert, key = make_cert(gearbox_bin, directory, "edge")
-    port = free_port()
-    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{port}", "--cert", str(cert), "--key", str(key)]
-            + ["--telemetry", str(telemetry), "--static-dir", str(site)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until_listening(proc, port, log)
-        yield Edge(origin=f"https://localhost:{port}", port=port, cert=cert, telemetry=telemetry, log=log)
-    finally:
-        stop(proc)
+    with running_edge(gearbox_bin, directory, ["--static-dir", str(site)], host="localhost") as edge:
+        yield edge
 
 
 def measured(edge: Edge, meter: str, http_version: str) -> dict[int, BrowserLoad]:
@@ -120,22 +105,8 @@ def generated_edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) 
     directory = tmp_path_factory.mktemp("generated")
     sites = directory / "sites"
     generate(sites, 2, seed=5)
-    cert, key = make_cert(gearbox_bin, directory, "edge")
-    port = free_port()
-    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{port}", "--cert", str(cert), "--key", str(key)]
-            + ["--telemetry", str(telemetry), "--static-dir", str(sites)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until_listening(proc, port, log)
-        yield Edge(origin=f"https://localhost:{port}", port=port, cert=cert, telemetry=telemetry, log=log), sites
-    finally:
-        stop(proc)
+    with running_edge(gearbox_bin, directory, ["--static-dir", str(sites)], host="localhost") as edge:
+        yield edge, sites
 
 
 @pytest.mark.parametrize("http_version", ["h2", "h3"])

@@ -85,7 +85,8 @@ def test_learn_sailfish_writes_a_policy_and_its_sidecar(tmp_path):
     from gearbox.sim.paths import feature_names
 
     out = tmp_path / "m"
-    assert main(["--epochs", "3", "--pairs-per-class", "1", "--train-pages", "4", "--out", str(out)]) == 0
+    args = ["--epochs", "3", "--episodes-per-update", "1", "--pairs-per-class", "1", "--train-pages", "4"]
+    assert main([*args, "--out", str(out)]) == 0
     model = json.loads((out / "policy.json").read_text())
     meta = json.loads((out / "policy.meta.json").read_text())
     assert model["feature_names"] == feature_names(2)

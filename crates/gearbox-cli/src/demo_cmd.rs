@@ -33,6 +33,9 @@ pub enum Part {
     Wisetrans,
     /// Floo's controller selection against static controllers, in the simulator.
     Floo,
+    /// SAILfish's stream-to-path scheduling against the heuristics on two contrasting
+    /// path pairs, in the simulator.
+    Sailfish,
 }
 
 /// Arguments of `gearbox demo`.
@@ -117,6 +120,27 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         )?;
     }
     if part == Part::Floo {
+        return Ok(());
+    }
+    if matches!(part, Part::All | Part::Sailfish) {
+        let dir = format!("{out}/sailfish");
+        lab_part(
+            "SAILfish: the shipped policy against stream MinRTT, ECF and round-robin on two contrasting path pairs, simulated",
+            &[
+                "sailfish",
+                "evaluate",
+                "--pairs",
+                "t52-low-similar,t52-homogeneous",
+                "--schemes",
+                "sailfish,minrtt,ecf,round-robin,path0,path1",
+                "--reps",
+                "2",
+                "--out",
+                &dir,
+            ],
+        )?;
+    }
+    if part == Part::Sailfish {
         return Ok(());
     }
     if let Some(why) = emulation_unavailable() {

@@ -10,8 +10,8 @@ inside the simulation (`SimPageLoad.run`, the same `PathGear` objects as the cli
 - `sailfish`: the trained policy (`--model-dir`, default `models/sailfish`);
 - `minrtt` (stream-based MinRTT, SAILfish's main baseline), `ecf`, `blest`,
   `round-robin`, `single-best`;
-- `path0`, `path1`: every stream on one path (the best of the two is the single-path
-  oracle in hindsight).
+- `path0`, `path1`: every stream on one path; `single-oracle`: per load, the better of
+  the two in hindsight (reported when both ran).
 
 Output (under `--out`): `loads.csv` (one row per scheme x pair x page x repetition: mean
 stream completion time, page load time), `summary.json`, `report.md` (Fig. 5.2-5.4's
@@ -104,6 +104,23 @@ def evaluate(
     return rows, streams_by_scheme
 
 
+def with_single_oracle(rows: list[dict], schemes: list[str]) -> tuple[list[dict], list[str]]:
+    """Adds, per pair x page x repetition, the better of `path0` and `path1` in hindsight
+    (by mean stream completion) as the scheme `single-oracle`."""
+    if not set(SINGLE) <= set(schemes):
+        return rows, schemes
+    by_load: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["scheme"] in SINGLE:
+            by_load[(r["pair"], r["page"], r["rep"])].append(r)
+    extra = [
+        {**min(pair, key=lambda r: r["mean_stream_ms"]), "scheme": "single-oracle"}
+        for pair in by_load.values()
+        if len(pair) == 2
+    ]
+    return rows + extra, [*schemes, "single-oracle"]
+
+
 def summarise(rows: list[dict], schemes: list[str]) -> dict:
     """Mean stream completion and page load time per scheme, per class and per page size;
     ratios to MinRTT and ECF; the issue's targets."""
@@ -127,6 +144,8 @@ def summarise(rows: list[dict], schemes: list[str]) -> dict:
         targets = {}
         for c, by in summary["by_class"].items():
             heuristics = [by[h] for h in HEURISTICS if h in by and math.isfinite(by[h])]
+            if not (heuristics and math.isfinite(by["sailfish"])):
+                continue  # no load of this class in the run
             if c == "homogeneous":
                 ok = by["sailfish"] <= min(heuristics)
                 rule = "never worse than the best heuristic"
@@ -154,7 +173,8 @@ def report(summary: dict, schemes: list[str], meta: dict) -> str:
         "|---|" + "---:|" * len(schemes),
     ]
     for c, by in summary["by_class"].items():
-        lines.append(f"| {c} | " + " | ".join(fmt(by[s]) for s in schemes) + " |")
+        if any(math.isfinite(by[s]) for s in schemes):
+            lines.append(f"| {c} | " + " | ".join(fmt(by[s]) for s in schemes) + " |")
     lines += ["", "## Mean stream completion time (ms) per page size", ""]
     lines += ["| pages | " + " | ".join(schemes) + " |", "|---|" + "---:|" * len(schemes)]
     for size, by in summary["by_size"].items():
@@ -199,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-apart-per-class", type=int, default=3, help="held-apart pairs per class")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (simulation seeds) per load")
     ap.add_argument("--schemes", default=",".join(("sailfish", *HEURISTICS, *SINGLE)))
+    ap.add_argument(
+        "--pairs",
+        default=None,
+        help="only these Table 5.2 pairs, by name (e.g. t52-low-dissimilar,t52-homogeneous), and no held-apart ones",
+    )
     ap.add_argument("--out", type=Path, default=Path("out/sailfish-eval"))
     args = ap.parse_args(argv)
     schemes = [s.strip() for s in args.schemes.split(",") if s.strip()]
@@ -210,14 +235,23 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--reps must be >= 1 and --held-apart-per-class >= 0")
     if "sailfish" in schemes and not (args.model_dir / "policy.json").exists():
         ap.error(f"--model-dir: {args.model_dir / 'policy.json'} does not exist (train with gearbox learn sailfish)")
-    pairs = list(TABLE_5_2) + sample_pairs(args.held_apart_per_class, EVAL_PAIR_SEED, prefix="eval")
+    if args.pairs is not None:
+        names = [n.strip() for n in args.pairs.split(",") if n.strip()]
+        known = {p.name: p for p in TABLE_5_2}
+        missing = [n for n in names if n not in known]
+        if missing or not names:
+            ap.error(f"--pairs: unknown {missing or names}; the Table 5.2 pairs are {', '.join(known)}")
+        pairs = [known[n] for n in names]
+    else:
+        pairs = list(TABLE_5_2) + sample_pairs(args.held_apart_per_class, EVAL_PAIR_SEED, prefix="eval")
     t0 = time.perf_counter()
     rows, streams = evaluate(pairs, schemes, args.reps, str(args.model_dir), args.out)
+    rows, schemes = with_single_oracle(rows, schemes)
     summary = summarise(rows, schemes)
     meta = {
         "pairs": len(pairs),
-        "table_pairs": len(TABLE_5_2),
-        "held_apart": len(pairs) - len(TABLE_5_2),
+        "table_pairs": sum(1 for p in pairs if p in TABLE_5_2),
+        "held_apart": sum(1 for p in pairs if p not in TABLE_5_2),
         "reps": args.reps,
         "seconds": time.perf_counter() - t0,
         "model_dir": str(args.model_dir),
