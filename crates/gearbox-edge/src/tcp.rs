@@ -155,6 +155,7 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
     let limits = &shared.config.limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let grace = Duration::from_millis(limits.keep_alive_timeout_ms);
+    let send = Duration::from_millis(limits.send_timeout_ms);
     let (result, idle_closed) = match protocol {
         Protocol::H2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -167,7 +168,7 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
                 .max_header_list_size(limits.max_header_bytes)
                 .keep_alive_interval(Duration::from_millis(limits.keep_alive_interval_ms))
                 .keep_alive_timeout(Duration::from_millis(limits.keep_alive_timeout_ms));
-            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
+            drive(b.serve_connection(io, svc), &cancel, &activity, [idle, grace, send]).await
         }
         _ => {
             let mut b = hyper::server::conn::http1::Builder::new();
@@ -176,14 +177,17 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
                 .max_headers(limits.max_headers as usize)
                 .max_header_size(limits.max_header_bytes as usize)
                 .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
-            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
+            drive(b.serve_connection(io, svc), &cancel, &activity, [idle, grace, send]).await
         }
     };
     // A connection that served requests and then went quiet is closed as a matter of
     // course (counted only); one that never completed a request leaves a record.
     let served = activity.requests() > 0;
-    if let Some(hit) = idle_closed {
-        closed_by(&shared, id, peer, protocol, hit, None, !served);
+    match idle_closed {
+        // The request's own record names it.
+        Some(Hit::SendTimeout) => shared.metrics.limit_hits.count(Hit::SendTimeout),
+        Some(hit) => closed_by(&shared, id, peer, protocol, hit, None, !served),
+        None => {}
     }
     match result {
         Ok(()) => {}
@@ -226,14 +230,15 @@ fn closed_by(
 /// HTTP/1.1 close after the request in progress) on shutdown or once it has had no
 /// request in progress for `idle`. A connection told to close that still has nothing
 /// in progress `grace` later is dropped: a peer that never answers the GOAWAY's PING,
-/// or never sent its preface, cannot hold it open. Says whether the idle timeout
+/// or never sent its preface, cannot hold it open. A connection whose responses have
+/// all waited `send` for the client to take their next piece is dropped at once (the
+/// client stopped reading; nothing graceful can reach it). Says which limit, if any,
 /// closed it.
 async fn drive<C>(
     conn: C,
     cancel: &CancellationToken,
     activity: &Activity,
-    idle: Duration,
-    grace: Duration,
+    [idle, grace, send]: [Duration; 3],
 ) -> (Result<(), C::Error>, Option<Hit>)
 where
     C: GracefulConnection,
@@ -255,6 +260,10 @@ where
             }
             _ = activity.quiet_after(closing.unwrap_or_else(tokio::time::Instant::now), grace), if closing.is_some() => {
                 return (Ok(()), closed_by);
+            }
+            _ = activity.send_stalled(send) => {
+                activity.mark_send_timeout();
+                return (Ok(()), Some(Hit::SendTimeout));
             }
         }
     }
@@ -292,6 +301,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
         resp.headers_mut().insert(http::header::ALT_SVC, v.clone());
     }
     resp.body_mut().keep(active);
+    resp.body_mut().watch_send(conn.activity.clone());
     let status = resp.status().as_u16();
     let hit = crate::service::hit_of(&resp);
     // The headers are the first response bytes: they are written once we return.
@@ -305,9 +315,16 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 path,
                 status: Some(status),
                 bytes,
-                error: hit
-                    .map(|h| h.name().to_string())
-                    .or_else(|| (!complete).then(|| "reset".to_string())),
+                error: hit.map(|h| h.name().to_string()).or_else(|| {
+                    (!complete).then(|| {
+                        let cut = if c.activity.send_timed_out() {
+                            Hit::SendTimeout.name()
+                        } else {
+                            "reset"
+                        };
+                        cut.to_string()
+                    })
+                }),
                 iw: c.iw.clone(),
                 ..EdgeRecord::for_connection(c.id, c.peer, Some(c.protocol), time_unix_ms)
             };

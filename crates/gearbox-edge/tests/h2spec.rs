@@ -92,11 +92,23 @@ async fn run_h2spec(port: u16, args: &[&str]) -> Vec<Case> {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("junit.xml");
     let mut cmd = tokio::process::Command::new(h2spec());
-    cmd.args(["-t", "-k", "-h", "127.0.0.1", "-p", &port.to_string(), "-P", "/echo", "-o", "5", "-j"])
-        .arg(&report)
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    cmd.args([
+        "-t",
+        "-k",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-P",
+        "/echo",
+        "-o",
+        "5",
+        "-j",
+    ])
+    .arg(&report)
+    .args(args)
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
     let out = tokio::time::timeout(RUN_BOUND, cmd.output())
         .await
         .expect("h2spec finishes in bounded time")
