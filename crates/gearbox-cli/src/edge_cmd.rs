@@ -194,10 +194,10 @@ pub fn period_gear(a: &EdgeArgs, c: &EdgeConfig) -> anyhow::Result<Option<Period
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit, as Go's runtime does for every
 /// Go server (caddy included): many systems start processes at 1,024 descriptors, and
-/// the edge holds two per TCP connection (the socket and the duplicate that reads
-/// `TCP_INFO` and closes in order), so `limits.max_connections` = 10,000 needs more than
-/// 20,000. Warns when even the hard limit is short of that: connections past it are
-/// refused by the kernel (`EMFILE` at accept) rather than by the edge's own cap.
+/// the edge holds one per TCP connection (QUIC connections share one UDP socket), so
+/// `limits.max_connections` = 10,000 needs more than 10,000. Warns when even the hard
+/// limit is short of that: connections past it are refused by the kernel (`EMFILE` at
+/// accept) rather than by the edge's own cap.
 fn raise_fd_limit(max_connections: u32) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -219,12 +219,12 @@ fn raise_fd_limit(max_connections: u32) {
         }
         lim.rlim_cur
     };
-    let need = 2 * u64::from(max_connections) + 256;
+    let need = u64::from(max_connections) + 256;
     if soft < need {
         tracing::warn!(
             nofile = soft,
             need,
-            "RLIMIT_NOFILE is below what limits.max_connections needs (two descriptors per TCP connection); \
+            "RLIMIT_NOFILE is below what limits.max_connections needs (a descriptor per TCP connection); \
              raise it (ulimit -n, LimitNOFILE=) or lower limits.max_connections"
         );
     }

@@ -27,7 +27,7 @@ struct Conn {
     id: u64,
     peer: SocketAddr,
     protocol: Protocol,
-    /// A duplicate of the connection's socket, to read `TCP_INFO` while hyper owns the stream.
+    /// The connection's socket, to read `TCP_INFO` while hyper drives the stream.
     socket: Arc<socket2::Socket>,
     /// The initial window the kernel's TCP WISE program drew for it, if any.
     iw: Option<IwChoice>,
@@ -89,7 +89,16 @@ fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> Edge
 
 async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: SocketAddr, cancel: CancellationToken) {
     let id = shared.conn_id();
-    let sref = socket2::SockRef::from(&stream);
+    // One descriptor per connection, shared by hyper's I/O and the edge's own readers of
+    // TCP_INFO and its orderly close ([`SharedSocket`]).
+    let socket = match stream.into_std() {
+        Ok(s) => Arc::new(socket2::Socket::from(s)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot take over the accepted socket");
+            return;
+        }
+    };
+    let sref = socket2::SockRef::from(&*socket);
     let accepted = AcceptedConnection::new(id, peer, Transport::Tcp, unix_ms_now());
     if let Some(cc) = shared.gears.tcp(&accepted) {
         if let Err(e) = cc.apply(&sref) {
@@ -100,11 +109,11 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         .tcp_iw
         .as_ref()
         .and_then(|k| k.tcp_draw(&sref, accepted.cluster.hour));
-    let _ = stream.set_nodelay(true);
-    let socket = match sref.try_clone() {
-        Ok(s) => Arc::new(s),
+    let _ = socket.set_tcp_nodelay(true);
+    let stream = match SharedSocket::new(socket.clone()) {
+        Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot duplicate socket");
+            tracing::warn!(error = %e, "cannot register the socket with the runtime");
             return;
         }
     };
@@ -273,8 +282,8 @@ where
 ///
 /// hyper drops the stream once HTTP is done; closing a socket that still holds unread
 /// bytes from the peer (e.g. HTTP/2 WINDOW_UPDATEs) makes the kernel send RST and
-/// discard the unsent response tail. Our duplicate fd keeps the socket open: send FIN,
-/// then read until the client's FIN (bounded), so the close is orderly.
+/// discard the unsent response tail. The edge's share of the socket keeps it open: send
+/// FIN, then read until the client's FIN (bounded), so the close is orderly.
 async fn linger(socket: &socket2::Socket) {
     let _ = socket.shutdown(std::net::Shutdown::Write);
     let deadline = Instant::now() + LINGER_LIMIT;
@@ -371,5 +380,97 @@ async fn wait_acked(socket: &socket2::Socket) -> Option<Instant> {
         }
         tokio::time::sleep(period).await;
         info = transport::tcp_info(socket).ok()?;
+    }
+}
+
+/// The connection's one socket as hyper and rustls see it. The descriptor is shared (an
+/// `Arc`) with the edge's readers of `TCP_INFO`, the live connection's congestion
+/// control handle and the orderly close after hyper is done, so it stays open until all
+/// are done with it. The rejected alternative, a `dup` of tokio's `TcpStream`, cost a
+/// second descriptor per connection: 20,000 for the 10,000 connections of
+/// `limits.max_connections`, which is the whole `RLIMIT_NOFILE` of many hosts.
+struct SharedSocket(tokio::io::unix::AsyncFd<Arc<socket2::Socket>>);
+
+impl SharedSocket {
+    /// Registers `socket` (non-blocking) with the runtime.
+    fn new(socket: Arc<socket2::Socket>) -> std::io::Result<Self> {
+        socket.set_nonblocking(true)?;
+        // SAFETY: the AsyncFd owns one of the `Arc`s of the socket, so its descriptor
+        // stays open, and names the same socket, for as long as the AsyncFd lives.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(socket) }.map_err(std::io::Error::from)?;
+        Ok(SharedSocket(fd))
+    }
+}
+
+impl tokio::io::AsyncRead for SharedSocket {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_read_ready(cx))?;
+            // SAFETY: recv writes only initialised bytes to the front of the unfilled part
+            // and says how many; exactly those are marked initialised and filled.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            match guard.try_io(|s| s.get_ref().recv(unfilled)) {
+                Ok(Ok(n)) => {
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for SharedSocket {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_write_ready(cx))?;
+            // MSG_NOSIGNAL: a peer gone is EPIPE, never SIGPIPE, whatever the host program does.
+            match guard.try_io(|s| s.get_ref().send_with_flags(buf, libc::MSG_NOSIGNAL)) {
+                Ok(r) => return std::task::Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_write_ready(cx))?;
+            match guard.try_io(|s| s.get_ref().send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)) {
+                Ok(r) => return std::task::Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(self.0.get_ref().shutdown(std::net::Shutdown::Write))
     }
 }

@@ -172,18 +172,18 @@ pub fn run(a: LoadBenchArgs) -> anyhow::Result<()> {
     if spec.clicks.is_none() {
         bail!("--workload {}: not a click workload (no [clicks] section)", a.workload);
     }
-    // Descriptors: our edge holds two per TCP connection (the socket and a duplicate that
-    // reads TCP_INFO) and the bench one per connection, plus the active clients' TCP and
-    // UDP sockets and some slack.
-    let want = (2 * a.idle + 4 * a.active + 4096) as u64;
+    // Descriptors: the bench holds one per idle TCP connection (its idle QUIC ones share
+    // one UDP socket) and two per active client (a TCP and a UDP socket); each server one
+    // per TCP connection; plus slack for everything else.
+    let want = (a.idle + 2 * a.active + 1024) as u64;
     let nofile = raise_fd_limit(want);
     let mut idle_n = a.idle;
     let mut limit_note = None;
     if nofile < want {
-        let fit = (nofile.saturating_sub((4 * a.active + 4096) as u64) / 2) as usize;
+        let fit = (nofile.saturating_sub((2 * a.active + 1024) as u64)) as usize;
         limit_note = Some(format!(
-            "RLIMIT_NOFILE is {nofile} here and cannot be raised (not root): {} idle connections per transport instead of {}",
-            fit, a.idle
+            "RLIMIT_NOFILE is {nofile} here and setrlimit refused more: {fit} idle connections per transport instead of {}",
+            a.idle
         ));
         idle_n = fit;
     }
