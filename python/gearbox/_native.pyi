@@ -190,3 +190,25 @@ def floo_feature_names() -> list[str]:
 
 def generate_trace(preset: str, duration_s: float, seed: int, path: _Path) -> None:
     """Writes a synthetic link trace (docs/traces.md) in mahimahi format."""
+
+class SimPageLoad:
+    """A page load on a (multipath) client in virtual time, stepped one stream-to-path
+    decision at a time: `SimPageLoad(config_toml, page_seed, name)` (docs/sim.md)."""
+
+    def __init__(self, config: str, page_seed: int, name: str = "<config>") -> None: ...
+    @property
+    def paths(self) -> int: ...
+    def next_stream(self) -> dict[str, Any] | None:
+        """Runs to the next stream that needs a path; None when the page is loaded."""
+    def assign(self, object: int, path: int, reason: str = "") -> None:
+        """Sends waiting stream `object` on `path`."""
+    def run(self, scheduler: str, model_dir: _Path | None = None) -> dict[str, Any]:
+        """Loads the rest of the page with a Rust path scheduler ("minrtt", "round-robin",
+        "single-best", "ecf", "blest", or "sailfish" with `model_dir`); returns the outcome."""
+    def outcome(self) -> dict[str, Any]:
+        """Every object's path and times, and the page load time once done."""
+    def records(self) -> list[dict[str, Any]]:
+        """Client records of the streams completed so far."""
+
+def sailfish_feature_names(paths: int) -> list[str]:
+    """SAILfish's observation, in the order of a `SimPageLoad.next_stream()`'s `features`."""

@@ -8,6 +8,9 @@
 //!
 //! `gearbox learn floo ...` is `python -m gearbox.floo.train ...`: Floo's PPO training in
 //! the simulator (docs/floo.md, "Training").
+//!
+//! `gearbox learn sailfish ...` is `python -m gearbox.sailfish.train ...`: SAILfish's A2C
+//! training of the stream-to-path policy in the simulator (docs/sailfish.md, "Training").
 
 use std::os::unix::process::CommandExt;
 
@@ -28,6 +31,9 @@ enum Learner {
     /// Floo: the controller-selection policy, trained by PPO in the simulator
     /// (`gearbox learn floo --help`; docs/floo.md).
     Floo(PassedArgs),
+    /// SAILfish: the stream-to-path policy, trained by A2C in the simulator
+    /// (`gearbox learn sailfish --help`; docs/sailfish.md).
+    Sailfish(PassedArgs),
 }
 
 /// Everything after the learner's name, passed on untouched (`--help` is the Python side's).
@@ -43,6 +49,7 @@ pub fn run(a: LearnArgs) -> anyhow::Result<()> {
     let (module, prog, args) = match a.learner {
         Learner::Tcpwise(p) => ("gearbox.tcpwise", "gearbox learn tcpwise", p.args),
         Learner::Floo(p) => ("gearbox.floo.train", "gearbox learn floo", p.args),
+        Learner::Sailfish(p) => ("gearbox.sailfish.train", "gearbox learn sailfish", p.args),
     };
     let (mut cmd, python) = crate::lab_cmd::python_module(module, prog, &args)?;
     // runpy replaces argv[0] with the module's path: the usage's name goes by the environment.

@@ -17,21 +17,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use gearbox_dataplane::telemetry::{unix_ms_now, ClientRecord, Protocol, Side, SCHEMA_VERSION};
 use gearbox_dataplane::tls;
-use http::{HeaderMap, HeaderValue, Method, Version};
-use http_body_util::{BodyExt, Full};
+use http::{HeaderMap, Method};
 use rustls::pki_types::ServerName;
 
 use crate::config::ClientConfig;
-use crate::conn::{
-    open_h3, open_tcp_tls, start_h1, start_h2, ConnInfo, Dial, H1Conn, H1Lease, H3Conn, HyperBody, Key, Pools,
-    SnapshotSource, Target, TcpTls,
-};
-use crate::error::{from_quic, ClientError};
+use crate::conn::{Dial, Key, Pools, SnapshotSource, Target};
+use crate::error::ClientError;
+use crate::exchange::{Exchanged, Progress};
 use crate::gear::{StaticTransport, TransportPref};
-use crate::race::{local_address_fingerprint, RaceState};
+use crate::race::RaceState;
 use crate::silence;
 use gearbox_gear_api::{Decision, TransportGear};
 
@@ -62,6 +59,9 @@ pub struct Request {
     /// The client's fallback rules retry only idempotent requests over TCP once their
     /// QUIC connection failed with them in flight; others fail at once.
     pub idempotent: Option<bool>,
+    /// The path scheduler's reason when one chose `path_index` (multipath page loads,
+    /// `crate::multipath`); copied into the record with the path index.
+    pub path_decision: Option<String>,
 }
 
 impl Request {
@@ -78,6 +78,7 @@ impl Request {
             force_new_connection: false,
             discard_body: false,
             idempotent: None,
+            path_decision: None,
         }
     }
 
@@ -111,90 +112,6 @@ pub struct Response {
     pub body: Bytes,
     /// The telemetry record of this request.
     pub record: ClientRecord,
-}
-
-/// What is known about a request while it runs; a timeout drops the running future,
-/// and the record is then written from what got this far.
-struct Progress {
-    protocol: Protocol,
-    server_addr: Option<SocketAddr>,
-    conn: Option<ConnInfo>,
-    new_connection: bool,
-    snapshot: Option<SnapshotSource>,
-    status: Option<u16>,
-    headers_at: Option<Instant>,
-    first_byte_at: Option<Instant>,
-    bytes: u64,
-    /// What a `Race` request did (appended to the decision as `;race=...`).
-    race: Option<&'static str>,
-    /// What the fallback rules did (appended to the decision as `;fallback=...`).
-    fallback: Option<&'static str>,
-    /// The protocol the request was first handed to, when it was retried on another.
-    retried_from: Option<Protocol>,
-    /// With `retried_from`: time from the request's start to the retry, ms.
-    retry_lost_ms: Option<f64>,
-}
-
-impl Progress {
-    fn new(protocol: Protocol) -> Self {
-        Progress {
-            protocol,
-            server_addr: None,
-            conn: None,
-            new_connection: false,
-            snapshot: None,
-            status: None,
-            headers_at: None,
-            first_byte_at: None,
-            bytes: 0,
-            race: None,
-            fallback: None,
-            retried_from: None,
-            retry_lost_ms: None,
-        }
-    }
-
-    fn attach(&mut self, info: &ConnInfo, new: bool, snapshot: SnapshotSource, protocol: Protocol) {
-        self.conn = Some(info.clone());
-        self.new_connection = new;
-        self.snapshot = Some(snapshot);
-        self.protocol = protocol;
-        self.status = None;
-        self.headers_at = None;
-        self.first_byte_at = None;
-        self.bytes = 0;
-    }
-
-    fn data(&mut self, len: usize) {
-        if len > 0 && self.first_byte_at.is_none() {
-            self.first_byte_at = Some(Instant::now());
-        }
-        self.bytes += len as u64;
-    }
-}
-
-/// A failure, and what may be done about it.
-struct Failure {
-    error: ClientError,
-    /// It may be retried once on a fresh connection of the same protocol (a pooled
-    /// connection turned out dead before any response header).
-    retry: bool,
-    /// It happened on QUIC (handshake, connection or HTTP/3 exchange), so a fallback
-    /// mode may carry the request over TCP instead.
-    quic: bool,
-    /// The request had been handed to the connection (it may have reached the server).
-    sent: bool,
-}
-
-impl From<ClientError> for Failure {
-    fn from(error: ClientError) -> Self {
-        Failure {
-            error,
-            retry: false,
-            quic: false,
-            sent: false,
-        }
-    }
 }
 
 /// A parsed `https://` URL.
@@ -248,32 +165,32 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl, ClientError> {
     })
 }
 
-struct Inner {
-    cfg: ClientConfig,
+pub(crate) struct Inner {
+    pub cfg: ClientConfig,
     /// ALPN h2, http/1.1.
-    tls_tcp: tokio_rustls::TlsConnector,
+    pub tls_tcp: tokio_rustls::TlsConnector,
     /// ALPN http/1.1 only.
-    tls_h1: tokio_rustls::TlsConnector,
+    pub tls_h1: tokio_rustls::TlsConnector,
     /// ALPN h3, with the congestion controller and idle timeout.
-    quic: quinn::ClientConfig,
+    pub quic: quinn::ClientConfig,
     gear: Mutex<Box<dyn TransportGear>>,
     next_conn_id: AtomicU64,
-    pools: Pools,
+    pub pools: Pools,
     /// Chromium-style race memory: RTTs, choices and broken QUIC per origin.
-    race: Mutex<RaceState>,
+    pub race: Mutex<RaceState>,
     /// Per origin and path: held while a race opens a connection, so concurrent
     /// requests wait for that race instead of each racing.
-    race_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    pub race_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-fn lock_std<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock_std<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The gearbox client. Cheap to clone: clones share pools, gear and telemetry.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Client {
@@ -453,6 +370,8 @@ impl Client {
             error: result.as_ref().err().map(|e| e.kind().to_string()),
             retried_from: progress.retried_from,
             retry_lost_ms: progress.retry_lost_ms,
+            path_index: req.path_decision.as_ref().map(|_| req.path_index),
+            path_decision: req.path_decision.clone(),
         };
         self.inner.cfg.telemetry.write(&record);
         if let Some(t) = &record.transport {
@@ -511,7 +430,7 @@ impl Client {
         pref: TransportPref,
         start: Instant,
         p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), ClientError> {
+    ) -> Result<Exchanged, ClientError> {
         let local = self.local_for(req.path_index)?;
         let target = resolve(url, local).await?;
         p.server_addr = Some(target.addr);
@@ -533,10 +452,10 @@ impl Client {
         loop {
             attempt += 1;
             let res = match pref {
-                TransportPref::H1 => self.via_h1(&key, &dial, url, req, None, p).await,
-                TransportPref::Quic => self.via_h3(&key, &dial, url, req, p).await,
-                TransportPref::Race => self.via_race(&key, &dial, url, req, p).await,
-                TransportPref::Tcp | TransportPref::Auto => self.via_tcp(&key, &dial, url, req, p).await,
+                TransportPref::H1 => self.send_h1(&key, &dial, url, req, None, p).await,
+                TransportPref::Quic => self.send_h3(&key, &dial, url, req, p).await,
+                TransportPref::Race => self.send_race(&key, &dial, url, req, p).await,
+                TransportPref::Tcp | TransportPref::Auto => self.send_h2(&key, &dial, url, req, p).await,
             };
             match res {
                 Ok(out) => return Ok(out),
@@ -564,7 +483,7 @@ impl Client {
         }
     }
 
-    fn local_for(&self, index: usize) -> Result<Option<IpAddr>, ClientError> {
+    pub(crate) fn local_for(&self, index: usize) -> Result<Option<IpAddr>, ClientError> {
         let addrs = &self.inner.cfg.local_addrs;
         if addrs.is_empty() {
             return if index == 0 {
@@ -579,501 +498,9 @@ impl Client {
         })
     }
 
-    fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.inner.next_conn_id.fetch_add(1, Ordering::Relaxed)
     }
-
-    /// TCP: HTTP/2 on the origin's one connection, or HTTP/1.1 when the server chose it.
-    async fn via_tcp(
-        &self,
-        key: &Key,
-        dial: &Dial<'_>,
-        url: &ParsedUrl,
-        req: &Request,
-        p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), Failure> {
-        let cfg = &self.inner.cfg;
-        let slot = self.inner.pools.tcp_slot(key);
-        let mut guard = slot.lock().await;
-        if guard.h1_only {
-            drop(guard);
-            return self.via_h1(key, dial, url, req, None, p).await;
-        }
-        let (conn, new) = match &guard.h2 {
-            Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
-            _ => {
-                let io = open_tcp_tls(dial, &self.inner.tls_tcp).await?;
-                let id = self.next_id();
-                if !io.is_h2() {
-                    // The server picked http/1.1: remember it, and serve this request on
-                    // the connection just made, which then joins the origin's h1 pool.
-                    guard.h1_only = true;
-                    drop(guard);
-                    let conn = start_h1(io, id, dial.target.addr).await?;
-                    return self.via_h1(key, dial, url, req, Some(conn), p).await;
-                }
-                let c = Arc::new(start_h2(io, id, dial.target.addr).await?);
-                guard.h2 = Some(c.clone());
-                (c, true)
-            }
-        };
-        drop(guard);
-        p.attach(&conn.info, new, SnapshotSource::Tcp(conn.fd.clone()), Protocol::H2);
-        conn.touch();
-        let request = hyper_request(url, req, Version::HTTP_2)?;
-        let mut sender = conn.sender.clone();
-        let response = match sender.send_request(request).await {
-            Ok(r) => r,
-            Err(e) => {
-                if sender.is_closed() {
-                    conn.closed.store(true, Ordering::Release);
-                }
-                return Err(Failure {
-                    error: http_error("h2", req, e),
-                    retry: !new,
-                    quic: false,
-                    sent: true,
-                });
-            }
-        };
-        let out = read_hyper(response, p, req)
-            .await
-            .map_err(|e| http_error("h2", req, e))?;
-        conn.touch();
-        Ok(out)
-    }
-
-    /// HTTP/1.1 from the origin's keep-alive pool (`preopened`: a connection the TCP path
-    /// just opened and found to speak HTTP/1.1).
-    async fn via_h1(
-        &self,
-        key: &Key,
-        dial: &Dial<'_>,
-        url: &ParsedUrl,
-        req: &Request,
-        preopened: Option<H1Conn>,
-        p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), Failure> {
-        let cfg = &self.inner.cfg;
-        let slot = self.inner.pools.h1_slot(key, cfg.max_h1_connections_per_origin);
-        let permit = slot
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ClientError::Http {
-                protocol: "h1",
-                url: req.url.clone(),
-                reason: "connection pool closed".into(),
-            })?;
-        let reused = match preopened {
-            Some(_) => None,
-            None if req.force_new_connection => None,
-            None => slot.take_idle(cfg.idle_timeout),
-        };
-        let (conn, new) = match (preopened, reused) {
-            (Some(c), _) => (c, true),
-            (None, Some(c)) => (c, false),
-            (None, None) => {
-                let io = open_tcp_tls(dial, &self.inner.tls_h1).await?;
-                (start_h1(io, self.next_id(), dial.target.addr).await?, true)
-            }
-        };
-        let mut lease = H1Lease {
-            conn,
-            slot: slot.clone(),
-            _permit: permit,
-        };
-        p.attach(
-            &lease.conn.info,
-            new,
-            SnapshotSource::Tcp(lease.conn.fd.clone()),
-            Protocol::H1,
-        );
-        if let Err(e) = lease.conn.sender.ready().await {
-            return Err(Failure {
-                error: http_error("h1", req, e),
-                retry: !new,
-                quic: false,
-                sent: true,
-            });
-        }
-        let request = hyper_request(url, req, Version::HTTP_11)?;
-        let response = match lease.conn.sender.send_request(request).await {
-            Ok(r) => r,
-            Err(e) => {
-                return Err(Failure {
-                    error: http_error("h1", req, e),
-                    retry: !new,
-                    quic: false,
-                    sent: true,
-                })
-            }
-        };
-        let out = read_hyper(response, p, req)
-            .await
-            .map_err(|e| http_error("h1", req, e))?;
-        let H1Lease { conn, slot, _permit } = lease;
-        slot.put_back(conn);
-        Ok(out)
-    }
-
-    /// `Race`: follow the last race's choice while its connection lives; otherwise race
-    /// a new connection (QUIC first, TCP after the delay) unless QUIC is broken, in
-    /// which case TCP is used directly. Rules and reasons: `crate::race`.
-    async fn via_race(
-        &self,
-        key: &Key,
-        dial: &Dial<'_>,
-        url: &ParsedUrl,
-        req: &Request,
-        p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), Failure> {
-        let origin = key.0.as_str();
-        let race_lock = lock_std(&self.inner.race_locks).entry(key.clone()).or_default().clone();
-        let racing = race_lock.lock().await;
-        let (broken, choice, delay) = {
-            let mut race = lock_std(&self.inner.race);
-            race.network(local_address_fingerprint());
-            (
-                race.is_broken(origin, Instant::now()),
-                race.choice(origin),
-                race.tcp_delay(origin),
-            )
-        };
-        if broken {
-            drop(racing);
-            p.race = Some("tcp-broken");
-            lock_std(&self.inner.race).tcp_used(origin);
-            return self.via_tcp(key, dial, url, req, p).await;
-        }
-        if !req.force_new_connection {
-            let idle = self.inner.cfg.idle_timeout;
-            let now = Instant::now();
-            match choice {
-                Some(TransportPref::Quic) => {
-                    let live = self
-                        .inner
-                        .pools
-                        .h3_slot(key)
-                        .lock()
-                        .await
-                        .conn
-                        .as_ref()
-                        .is_some_and(|c| c.reusable(idle, now));
-                    if live {
-                        drop(racing);
-                        p.race = Some("reuse-quic");
-                        return self.via_h3(key, dial, url, req, p).await;
-                    }
-                }
-                Some(TransportPref::Tcp) => {
-                    let live = {
-                        let slot = self.inner.pools.tcp_slot(key);
-                        let slot = slot.lock().await;
-                        slot.h1_only || slot.h2.as_ref().is_some_and(|c| c.reusable(idle, now))
-                    };
-                    if live {
-                        drop(racing);
-                        p.race = Some("reuse-tcp");
-                        return self.via_tcp(key, dial, url, req, p).await;
-                    }
-                }
-                _ => {}
-            }
-        }
-        // The race's connection goes into the pool, and the request then takes it from
-        // there like any pooled request (so it must not ask for yet another one).
-        let pooled_req = Request {
-            force_new_connection: false,
-            ..req.clone()
-        };
-        match self.race_connect(dial, delay).await {
-            Err(e) => {
-                p.race = Some("failed");
-                p.protocol = Protocol::H2;
-                Err(Failure::from(e))
-            }
-            Ok(Raced::Quic(conn)) => {
-                lock_std(&self.inner.race).quic_won(origin);
-                self.inner.pools.h3_slot(key).lock().await.conn = Some(Arc::new(*conn));
-                drop(racing);
-                p.race = Some("quic");
-                let res = self.via_h3(key, dial, url, &pooled_req, p).await;
-                p.new_connection = true;
-                res
-            }
-            Ok(Raced::Tcp { io, quic_failed }) => {
-                let span = lock_std(&self.inner.race).quic_broken(origin, Instant::now());
-                tracing::debug!(
-                    origin,
-                    quic_failed,
-                    broken_s = span.as_secs(),
-                    "QUIC lost the race; marked broken"
-                );
-                p.race = Some(if quic_failed { "tcp-quic-failed" } else { "tcp-won" });
-                let id = self.next_id();
-                let slot = self.inner.pools.tcp_slot(key);
-                let mut tcp = slot.lock().await;
-                if io.is_h2() {
-                    tcp.h2 = Some(Arc::new(start_h2(*io, id, dial.target.addr).await?));
-                    drop(tcp);
-                    drop(racing);
-                    let res = self.via_tcp(key, dial, url, &pooled_req, p).await;
-                    p.new_connection = true;
-                    res
-                } else {
-                    tcp.h1_only = true;
-                    drop(tcp);
-                    let conn = start_h1(*io, id, dial.target.addr).await?;
-                    drop(racing);
-                    self.via_h1(key, dial, url, req, Some(conn), p).await
-                }
-            }
-        }
-    }
-
-    /// Opens one connection by racing: the QUIC handshake starts now, TCP+TLS after
-    /// `delay` (at once if QUIC fails first); the first to connect wins and the other
-    /// attempt is dropped. Fails only when both fail (with TCP's error).
-    async fn race_connect(&self, dial: &Dial<'_>, delay: Duration) -> Result<Raced, ClientError> {
-        let addr = dial.target.addr.to_string();
-        let quic = async {
-            let endpoint = self
-                .inner
-                .pools
-                .endpoint(dial.local, dial.target.addr.is_ipv6())
-                .map_err(|e| ClientError::Quic {
-                    addr: addr.clone(),
-                    reason: format!("cannot open a UDP socket: {e}"),
-                })?;
-            let cc = self.inner.cfg.quic_cc.name();
-            let idle = self.inner.cfg.idle_timeout;
-            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id(), idle).await
-        };
-        tokio::pin!(quic);
-        let head_start = tokio::time::sleep(delay);
-        tokio::pin!(head_start);
-        let quic_failed = tokio::select! {
-            r = &mut quic => match r {
-                Ok(conn) => return Ok(Raced::Quic(Box::new(conn))),
-                Err(e) => {
-                    tracing::debug!(%addr, error = %e, "QUIC failed before TCP started");
-                    true
-                }
-            },
-            () = &mut head_start => false,
-        };
-        let tcp = open_tcp_tls(dial, &self.inner.tls_tcp);
-        tokio::pin!(tcp);
-        if quic_failed {
-            return tcp.await.map(|io| Raced::Tcp {
-                io: Box::new(io),
-                quic_failed: true,
-            });
-        }
-        tokio::select! {
-            r = &mut quic => match r {
-                Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
-                Err(e) => {
-                    tracing::debug!(%addr, error = %e, "QUIC failed while TCP was connecting");
-                    tcp.await.map(|io| Raced::Tcp { io: Box::new(io), quic_failed: true })
-                }
-            },
-            r = &mut tcp => match r {
-                Ok(io) => Ok(Raced::Tcp { io: Box::new(io), quic_failed: false }),
-                Err(tcp_err) => match quic.await {
-                    Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
-                    Err(_) => Err(tcp_err),
-                },
-            },
-        }
-    }
-
-    /// HTTP/3 on the origin's one QUIC connection. A new connection's handshake is
-    /// bounded by `crate::silence::handshake_grace` (or the connect timeout, if shorter);
-    /// an exchange on a connection its silence watch declares silent ends at once with
-    /// [`ClientError::QuicSilent`]. Every failure here is marked `quic` (the client's
-    /// fallback rules may retry it over TCP), and `sent` once the request was handed to
-    /// the connection.
-    async fn via_h3(
-        &self,
-        key: &Key,
-        dial: &Dial<'_>,
-        url: &ParsedUrl,
-        req: &Request,
-        p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), Failure> {
-        let cfg = &self.inner.cfg;
-        let addr = dial.target.addr.to_string();
-        let quic_failure = |error: ClientError| Failure {
-            error,
-            retry: false,
-            quic: true,
-            sent: false,
-        };
-        let request = h3_request(url, req)?;
-        let slot = self.inner.pools.h3_slot(key);
-        let waiting_since = Instant::now();
-        let mut guard = slot.lock().await;
-        let (conn, new) = match &guard.conn {
-            Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
-            _ => {
-                if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
-                    return Err(quic_failure(why.same_again()));
-                }
-                let endpoint = self
-                    .inner
-                    .pools
-                    .endpoint(dial.local, dial.target.addr.is_ipv6())
-                    .map_err(|e| {
-                        quic_failure(ClientError::Quic {
-                            addr: addr.clone(),
-                            reason: format!("cannot open a UDP socket: {e}"),
-                        })
-                    })?;
-                let cc = cfg.quic_cc.name();
-                let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
-                let bounded = Dial {
-                    target: dial.target,
-                    local: dial.local,
-                    tcp_cc: dial.tcp_cc,
-                    connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
-                };
-                let opened = open_h3(
-                    &bounded,
-                    &endpoint,
-                    self.inner.quic.clone(),
-                    cc,
-                    self.next_id(),
-                    cfg.idle_timeout,
-                )
-                .await;
-                let c = match opened {
-                    Ok(c) => Arc::new(c),
-                    Err(e) => {
-                        guard.failed = Some((Instant::now(), e.same_again()));
-                        return Err(quic_failure(e));
-                    }
-                };
-                guard.conn = Some(c.clone());
-                guard.failed = None;
-                (c, true)
-            }
-        };
-        drop(guard);
-        p.attach(
-            &conn.info,
-            new,
-            SnapshotSource::Quic(conn.quic.clone(), conn.cc),
-            Protocol::H3,
-        );
-        conn.touch();
-        let _outstanding = conn.watch.begin();
-        let silent = |ms: u64| ClientError::QuicSilent {
-            addr: addr.clone(),
-            silent_ms: ms,
-        };
-        let outcome = tokio::select! {
-            r = self.h3_exchange(&conn, &addr, request, req, p) => r,
-            ms = conn.watch.silenced() => Err((silent(ms), true)),
-        };
-        match outcome {
-            Ok(out) => {
-                conn.touch();
-                Ok(out)
-            }
-            Err((error, before_response)) => {
-                // The watch may have closed the connection a moment before the
-                // exchange saw it: then the silence is the reason.
-                let error = conn.watch.silent_ms().map_or(error, silent);
-                let silent = matches!(error, ClientError::QuicSilent { .. });
-                if before_response && !new {
-                    conn.closed.store(true, std::sync::atomic::Ordering::Release);
-                }
-                Err(Failure {
-                    error,
-                    // A pooled connection that turned out dead is retried on a new one,
-                    // unless it went silent: the path, not the connection, is the
-                    // problem, and a new handshake would wait on it too.
-                    retry: before_response && !new && !silent,
-                    quic: true,
-                    sent: true,
-                })
-            }
-        }
-    }
-
-    /// One request and its response on an HTTP/3 connection; on failure, the error and
-    /// whether no response header had arrived.
-    async fn h3_exchange(
-        &self,
-        conn: &H3Conn,
-        addr: &str,
-        request: http::Request<()>,
-        req: &Request,
-        p: &mut Progress,
-    ) -> Result<(u16, HeaderMap, Bytes), (ClientError, bool)> {
-        let cfg = &self.inner.cfg;
-        // Errors of a stream on a connection that has since closed are the connection's.
-        let fail = |reason: String| match conn.quic.close_reason() {
-            Some(e) => from_quic(addr, &e, cfg.connect_timeout),
-            None => ClientError::Http {
-                protocol: "h3",
-                url: req.url.clone(),
-                reason,
-            },
-        };
-        let mut sender = conn.sender.clone();
-        let before_response = async {
-            let mut stream = sender.send_request(request).await?;
-            // A server may answer before it has read the whole request and then stop our
-            // sending side with H3_NO_ERROR (RFC 9114 §4.1; quic-go does this). That ends
-            // the upload, not the exchange: the response still decides.
-            let sent = match req.body.is_empty() {
-                true => Ok(()),
-                false => stream.send_data(req.body.clone()).await,
-            };
-            let finished = match sent {
-                Ok(()) => stream.finish().await,
-                Err(e) => Err(e),
-            };
-            match stream.recv_response().await {
-                Ok(response) => Ok::<_, h3::error::StreamError>((stream, response)),
-                Err(e) => Err(finished.err().unwrap_or(e)),
-            }
-        };
-        let (mut stream, response) = before_response.await.map_err(|e| (fail(e.to_string()), true))?;
-        p.status = Some(response.status().as_u16());
-        p.headers_at = Some(Instant::now());
-        let mut body = BytesMut::new();
-        loop {
-            match stream.recv_data().await {
-                Ok(Some(mut chunk)) => {
-                    use bytes::Buf;
-                    let n = chunk.remaining();
-                    p.data(n);
-                    if req.discard_body {
-                        chunk.advance(n);
-                    } else {
-                        body.extend_from_slice(&chunk.copy_to_bytes(n));
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => return Err((fail(e.to_string()), false)),
-            }
-        }
-        let (parts, ()) = response.into_parts();
-        Ok((parts.status.as_u16(), parts.headers, body.freeze()))
-    }
-}
-
-/// The connection a race produced.
-enum Raced {
-    /// QUIC connected first.
-    Quic(Box<H3Conn>),
-    /// TCP+TLS connected first (`quic_failed`: QUIC had failed, rather than being slower).
-    Tcp { io: Box<TcpTls>, quic_failed: bool },
 }
 
 /// Protocol written in a record before the connection tells which one it is.
@@ -1086,7 +513,7 @@ fn intended_protocol(pref: TransportPref) -> Protocol {
 }
 
 /// Resolves the URL's host; with a bound local path, to an address of its family.
-async fn resolve(url: &ParsedUrl, local: Option<IpAddr>) -> Result<Target, ClientError> {
+pub(crate) async fn resolve(url: &ParsedUrl, local: Option<IpAddr>) -> Result<Target, ClientError> {
     let resolve_err = |reason: String| ClientError::Resolve {
         host: url.authority.clone(),
         reason,
@@ -1109,94 +536,6 @@ async fn resolve(url: &ParsedUrl, local: Option<IpAddr>) -> Result<Target, Clien
         server_name_text: url.host.clone(),
         addr,
     })
-}
-
-/// The request as hyper sends it: origin-form target and `Host` for HTTP/1.1, absolute
-/// URI (hyper turns it into `:scheme`/`:authority`) for HTTP/2.
-fn hyper_request(url: &ParsedUrl, req: &Request, version: Version) -> Result<http::Request<HyperBody>, ClientError> {
-    let bad = |e: http::Error| ClientError::BadUrl {
-        url: req.url.clone(),
-        reason: e.to_string(),
-    };
-    let mut builder = http::Request::builder().method(req.method.clone()).version(version);
-    builder = if version == Version::HTTP_11 {
-        let host = HeaderValue::from_str(&url.authority).map_err(|e| ClientError::BadUrl {
-            url: req.url.clone(),
-            reason: e.to_string(),
-        })?;
-        builder
-            .uri(url.path_and_query.as_str())
-            .header(http::header::HOST, host)
-    } else {
-        builder.uri(url.uri.clone())
-    };
-    let mut request = builder.body(Full::new(req.body.clone())).map_err(bad)?;
-    for (name, value) in &req.headers {
-        if name != http::header::HOST {
-            request.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    Ok(request)
-}
-
-fn h3_request(url: &ParsedUrl, req: &Request) -> Result<http::Request<()>, ClientError> {
-    let mut request = http::Request::builder()
-        .method(req.method.clone())
-        .uri(url.uri.clone())
-        .body(())
-        .map_err(|e| ClientError::BadUrl {
-            url: req.url.clone(),
-            reason: e.to_string(),
-        })?;
-    for (name, value) in &req.headers {
-        if name != http::header::HOST {
-            request.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    if !req.body.is_empty() {
-        request
-            .headers_mut()
-            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(req.body.len()));
-    }
-    Ok(request)
-}
-
-/// Reads a hyper response to its end, timing the first body byte.
-async fn read_hyper(
-    response: http::Response<hyper::body::Incoming>,
-    p: &mut Progress,
-    req: &Request,
-) -> Result<(u16, HeaderMap, Bytes), hyper::Error> {
-    p.status = Some(response.status().as_u16());
-    p.headers_at = Some(Instant::now());
-    let (parts, mut incoming) = response.into_parts();
-    let mut body = BytesMut::new();
-    while let Some(frame) = incoming.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            p.data(data.len());
-            if !req.discard_body {
-                body.extend_from_slice(&data);
-            }
-        }
-    }
-    Ok((parts.status.as_u16(), parts.headers, body.freeze()))
-}
-
-fn http_error(protocol: &'static str, req: &Request, e: hyper::Error) -> ClientError {
-    // hyper's Display is terse ("connection closed before message completed"); the
-    // source chain carries the h2 or io reason.
-    let mut reason = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        source = s.source();
-    }
-    ClientError::Http {
-        protocol,
-        url: req.url.clone(),
-        reason,
-    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,15 @@ pub enum ClientError {
         /// How many paths the client has.
         available: usize,
     },
+    /// A local path address the client was given cannot be bound: it is not an address
+    /// of this host (or not up).
+    #[error("local path address {addr} cannot be used: {reason} (is it an address of this host?)")]
+    LocalAddr {
+        /// The address given.
+        addr: std::net::IpAddr,
+        /// What binding it said.
+        reason: String,
+    },
     /// The host name did not resolve to an address.
     #[error("cannot resolve {host}: {reason}")]
     Resolve {
@@ -117,6 +126,10 @@ impl ClientError {
                 index: *index,
                 available: *available,
             },
+            ClientError::LocalAddr { addr, reason } => ClientError::LocalAddr {
+                addr: *addr,
+                reason: reason.clone(),
+            },
             ClientError::Resolve { host, reason } => ClientError::Resolve {
                 host: host.clone(),
                 reason: reason.clone(),
@@ -153,6 +166,7 @@ impl ClientError {
         match self {
             ClientError::BadUrl { .. } => "bad_url",
             ClientError::Path { .. } => "path",
+            ClientError::LocalAddr { .. } => "local_addr",
             ClientError::Resolve { .. } => "resolve",
             ClientError::Connect { .. } => "connect",
             ClientError::Tls { .. } => "tls",

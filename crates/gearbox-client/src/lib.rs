@@ -5,6 +5,9 @@
 //!
 //! - [`Client`]: the async client; [`Client::request`] for one request,
 //!   [`Client::load_page`] for a page's dependency graph over one connection.
+//! - [`Client::load_page_multipath`]: a page over HTTP/3 on every local path, each
+//!   request on the path a path scheduler ([`gearbox_gear_api::PathGear`]) picks
+//!   ([`multipath`]).
 //! - [`TransportGear`] (from `gearbox-gear-api`): the hook where WiseTrans chooses TCP or
 //!   QUIC for each `Auto` request; [`StaticTransport`] is the static baseline.
 //! - [`TransportPref::Race`]: Chromium-style QUIC/TCP racing with broken-QUIC marking
@@ -21,11 +24,17 @@ mod client;
 mod config;
 mod conn;
 mod error;
+mod exchange;
 pub mod gear;
+mod h1;
+mod h2;
+mod h3;
+pub mod multipath;
 mod page;
 pub mod race;
 pub mod replay;
 pub mod silence;
+mod tcp;
 
 pub use blocking::BlockingClient;
 pub use client::{Client, Request, Response};
@@ -33,6 +42,7 @@ pub use config::ClientConfig;
 pub use error::ClientError;
 pub use gear::{StaticTransport, TransportChoice, TransportGear, TransportPref};
 pub use gearbox_gear_api::{Decision, DecisionId};
+pub use multipath::{MultipathLoad, MultipathOptions, PathDown};
 pub use page::{ObjectTiming, PageLoad, PageLoadOptions};
 
 // Types of the public API from other crates, so callers need not depend on them.

@@ -28,9 +28,20 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gearbox_dataplane::telemetry::Protocol;
+
+use crate::client::{lock_std, Client, ParsedUrl, Request};
+use crate::conn::{Dial, Key};
+use crate::error::ClientError;
+use crate::exchange::{Exchanged, Failure, Progress};
 use crate::gear::TransportPref;
+use crate::h1::start_h1;
+use crate::h2::start_h2;
+use crate::h3::{open_h3, H3Conn};
+use crate::tcp::{open_tcp_tls, TcpTls};
 
 /// Floor of the TCP delay, and the delay when no RTT to the origin is known.
 pub const RACE_MIN_DELAY: Duration = Duration::from_millis(300);
@@ -208,6 +219,190 @@ fn local_addresses() -> Vec<IpAddr> {
     // SAFETY: head came from a successful getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
     out
+}
+
+impl Client {
+    /// `Race`: follow the last race's choice while its connection lives; otherwise race
+    /// a new connection (QUIC first, TCP after the delay) unless QUIC is broken, in
+    /// which case TCP is used directly. Rules and reasons: `crate::race`.
+    pub(crate) async fn send_race(
+        &self,
+        key: &Key,
+        dial: &Dial<'_>,
+        url: &ParsedUrl,
+        req: &Request,
+        p: &mut Progress,
+    ) -> Result<Exchanged, Failure> {
+        let origin = key.0.as_str();
+        let race_lock = lock_std(&self.inner.race_locks).entry(key.clone()).or_default().clone();
+        let racing = race_lock.lock().await;
+        let (broken, choice, delay) = {
+            let mut race = lock_std(&self.inner.race);
+            race.network(local_address_fingerprint());
+            (
+                race.is_broken(origin, Instant::now()),
+                race.choice(origin),
+                race.tcp_delay(origin),
+            )
+        };
+        if broken {
+            drop(racing);
+            p.race = Some("tcp-broken");
+            lock_std(&self.inner.race).tcp_used(origin);
+            return self.send_h2(key, dial, url, req, p).await;
+        }
+        if !req.force_new_connection {
+            let idle = self.inner.cfg.idle_timeout;
+            let now = Instant::now();
+            match choice {
+                Some(TransportPref::Quic) => {
+                    let live = self
+                        .inner
+                        .pools
+                        .h3
+                        .slot(key)
+                        .lock()
+                        .await
+                        .conn
+                        .as_ref()
+                        .is_some_and(|c| c.reusable(idle, now));
+                    if live {
+                        drop(racing);
+                        p.race = Some("reuse-quic");
+                        return self.send_h3(key, dial, url, req, p).await;
+                    }
+                }
+                Some(TransportPref::Tcp) => {
+                    let live = {
+                        let slot = self.inner.pools.h2.slot(key);
+                        let slot = slot.lock().await;
+                        slot.h1_only || slot.h2.as_ref().is_some_and(|c| c.reusable(idle, now))
+                    };
+                    if live {
+                        drop(racing);
+                        p.race = Some("reuse-tcp");
+                        return self.send_h2(key, dial, url, req, p).await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The race's connection goes into the pool, and the request then takes it from
+        // there like any pooled request (so it must not ask for yet another one).
+        let pooled_req = Request {
+            force_new_connection: false,
+            ..req.clone()
+        };
+        match self.race_connect(dial, delay).await {
+            Err(e) => {
+                p.race = Some("failed");
+                p.protocol = Protocol::H2;
+                Err(Failure::from(e))
+            }
+            Ok(Raced::Quic(conn)) => {
+                lock_std(&self.inner.race).quic_won(origin);
+                self.inner.pools.h3.slot(key).lock().await.conn = Some(Arc::new(*conn));
+                drop(racing);
+                p.race = Some("quic");
+                let res = self.send_h3(key, dial, url, &pooled_req, p).await;
+                p.new_connection = true;
+                res
+            }
+            Ok(Raced::Tcp { io, quic_failed }) => {
+                let span = lock_std(&self.inner.race).quic_broken(origin, Instant::now());
+                tracing::debug!(
+                    origin,
+                    quic_failed,
+                    broken_s = span.as_secs(),
+                    "QUIC lost the race; marked broken"
+                );
+                p.race = Some(if quic_failed { "tcp-quic-failed" } else { "tcp-won" });
+                let id = self.next_id();
+                let slot = self.inner.pools.h2.slot(key);
+                let mut tcp = slot.lock().await;
+                if io.is_h2() {
+                    tcp.h2 = Some(Arc::new(start_h2(*io, id, dial.target.addr).await?));
+                    drop(tcp);
+                    drop(racing);
+                    let res = self.send_h2(key, dial, url, &pooled_req, p).await;
+                    p.new_connection = true;
+                    res
+                } else {
+                    tcp.h1_only = true;
+                    drop(tcp);
+                    let conn = start_h1(*io, id, dial.target.addr).await?;
+                    drop(racing);
+                    self.send_h1(key, dial, url, req, Some(conn), p).await
+                }
+            }
+        }
+    }
+
+    /// Opens one connection by racing: the QUIC handshake starts now, TCP+TLS after
+    /// `delay` (at once if QUIC fails first); the first to connect wins and the other
+    /// attempt is dropped. Fails only when both fail (with TCP's error).
+    async fn race_connect(&self, dial: &Dial<'_>, delay: Duration) -> Result<Raced, ClientError> {
+        let addr = dial.target.addr.to_string();
+        let quic = async {
+            let endpoint = self
+                .inner
+                .pools
+                .h3
+                .endpoint(dial.local, dial.target.addr.is_ipv6())
+                .map_err(|e| ClientError::Quic {
+                    addr: addr.clone(),
+                    reason: format!("cannot open a UDP socket: {e}"),
+                })?;
+            let cc = self.inner.cfg.quic_cc.name();
+            let idle = self.inner.cfg.idle_timeout;
+            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id(), idle).await
+        };
+        tokio::pin!(quic);
+        let head_start = tokio::time::sleep(delay);
+        tokio::pin!(head_start);
+        let quic_failed = tokio::select! {
+            r = &mut quic => match r {
+                Ok(conn) => return Ok(Raced::Quic(Box::new(conn))),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "QUIC failed before TCP started");
+                    true
+                }
+            },
+            () = &mut head_start => false,
+        };
+        let tcp = open_tcp_tls(dial, &self.inner.tls_tcp);
+        tokio::pin!(tcp);
+        if quic_failed {
+            return tcp.await.map(|io| Raced::Tcp {
+                io: Box::new(io),
+                quic_failed: true,
+            });
+        }
+        tokio::select! {
+            r = &mut quic => match r {
+                Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "QUIC failed while TCP was connecting");
+                    tcp.await.map(|io| Raced::Tcp { io: Box::new(io), quic_failed: true })
+                }
+            },
+            r = &mut tcp => match r {
+                Ok(io) => Ok(Raced::Tcp { io: Box::new(io), quic_failed: false }),
+                Err(tcp_err) => match quic.await {
+                    Ok(conn) => Ok(Raced::Quic(Box::new(conn))),
+                    Err(_) => Err(tcp_err),
+                },
+            },
+        }
+    }
+}
+
+/// The connection a race produced.
+enum Raced {
+    /// QUIC connected first.
+    Quic(Box<H3Conn>),
+    /// TCP+TLS connected first (`quic_failed`: QUIC had failed, rather than being slower).
+    Tcp { io: Box<TcpTls>, quic_failed: bool },
 }
 
 #[cfg(test)]

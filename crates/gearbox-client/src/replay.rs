@@ -444,6 +444,8 @@ mod tests {
             error: error.map(str::to_owned),
             retried_from: None,
             retry_lost_ms: None,
+            path_index: None,
+            path_decision: None,
         }
     }
 

@@ -29,12 +29,14 @@ pub mod conn;
 pub mod decision;
 pub mod http_version;
 pub mod path;
+pub mod path_monitor;
 pub mod record;
 pub mod transport;
 
 pub use conn::{AcceptedConnection, Cca, CcaGear, CcaPeriodGear, ClientCluster, ConnectionStats, InitialWindowGear};
 pub use decision::{Decision, DecisionId};
 pub use http_version::{HttpVersion, HttpVersionGear, PageRecord};
-pub use path::{PathGear, PathRequest, PathState};
+pub use path::{PathGear, PathRequest, PathState, SRTT_HISTORY};
+pub use path_monitor::{PathMonitor, PathSample};
 pub use record::{ClientRecord, EdgeRecord, IwChoice, Protocol, Side, TransportSnapshot, SCHEMA_VERSION};
 pub use transport::{Transport, TransportChoice, TransportGear};

@@ -35,31 +35,82 @@ pub struct PathRequest {
     pub workload_client: Option<u32>,
 }
 
-/// One path's state over the last scheduling epoch (SAILfish §4.2.1.1).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How many recent sRTT samples [`PathState::srtt_history_ms`] keeps (the input of
+/// SAILfish's 1-D convolution over each path's recent RTTs, §5.1.2).
+pub const SRTT_HISTORY: usize = 8;
+
+/// One path's state at a scheduling decision (SAILfish §4.2.1.1), the one place where
+/// per-path state lives: every path scheduler, heuristic or learned, reads this.
+///
+/// The client fills it from quinn's statistics of the path's QUIC connection and from
+/// what it has scheduled on the path. Counters cover the scheduling epoch, which is one
+/// page load (SAILfish §5.1.4: one epoch = one page load).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PathState {
-    /// Position of the path in the client's list of local addresses (what
-    /// [`PathGear::choose`] returns).
+    /// Position of the path in the client's list of local addresses.
     pub index: usize,
-    /// The local address the path's connections are bound to.
+    /// The local address the path's connection is bound to.
     pub local_addr: String,
-    /// Bandwidth estimate (delivery rate, as BBR measures it), bits per second.
+    /// Bandwidth estimate: delivery rate towards the client, bits per second, the
+    /// largest of the recent samples taken while the path had streams in flight (BBR's
+    /// windowed maximum, which SAILfish's monitor follows, §4.1.2). `None`: no sample yet.
     pub delivery_rate_bps: Option<u64>,
     /// Smoothed RTT, milliseconds (`None`: no connection on the path yet).
     pub srtt_ms: Option<f64>,
+    /// The last [`SRTT_HISTORY`] sRTT samples, oldest first, milliseconds (fewer early on).
+    pub srtt_history_ms: Vec<f64>,
+    /// Smallest RTT seen on the connection, milliseconds.
+    pub min_rtt_ms: Option<f64>,
+    /// Congestion window of the client's side of the connection, bytes.
+    pub cwnd_bytes: Option<u64>,
+    /// Response bytes requested on the path and not yet received: the download still
+    /// in flight as the client sees it (the sender's own bytes in flight are not in
+    /// quinn's statistics).
+    pub bytes_in_flight: u64,
+    /// Streams scheduled on the path and not yet complete.
+    pub streams_in_flight: usize,
     /// Packets declared lost in the epoch.
     pub lost_packets: u64,
-    /// Packets retransmitted in the epoch.
+    /// Packets retransmitted in the epoch. QUIC never resends a packet as such: the
+    /// frames of each lost packet go out again in new ones, so this counts the lost
+    /// packets whose frames were resent (equal to `lost_packets` in quinn).
     pub retransmitted_packets: u64,
     /// Packets sent in the epoch.
     pub sent_packets: u64,
 }
 
+impl PathState {
+    /// The path's throughput estimate, bits per second: the measured delivery rate, or
+    /// else one congestion window per sRTT (`None` when neither is known).
+    pub fn rate_bps(&self) -> Option<f64> {
+        if let Some(rate) = self.delivery_rate_bps.filter(|&r| r > 0) {
+            return Some(rate as f64);
+        }
+        match (self.cwnd_bytes, self.srtt_ms) {
+            (Some(cwnd), Some(rtt)) if rtt > 0.0 => Some(cwnd as f64 * 8.0 * 1e3 / rtt),
+            _ => None,
+        }
+    }
+
+    /// Spread of the recent sRTT samples (largest minus smallest), milliseconds: the RTT
+    /// deviation the ECF and BLEST rules add as their margin δ (0 with fewer than two).
+    pub fn rtt_spread_ms(&self) -> f64 {
+        let max = self.srtt_history_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min = self.srtt_history_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        if self.srtt_history_ms.len() < 2 {
+            0.0
+        } else {
+            max - min
+        }
+    }
+}
+
 /// A path gear: chooses the path of each request on a multipath client and learns from
 /// the requests' records (SAILfish §4.2).
 pub trait PathGear: Send {
-    /// The index (into `paths`) of the path that carries `request`. `paths` is never
-    /// empty.
+    /// The position in `paths` of the path that carries `request` (the client maps it
+    /// to the path's [`PathState::index`]). `paths` holds the paths that are up, never
+    /// none; a path that failed is left out.
     fn choose(&mut self, request: &PathRequest, paths: &[PathState], now: Instant) -> Decision<usize>;
 
     /// A request finished; `record.local_addr` names the path it took.

@@ -256,4 +256,15 @@ pub struct ClientRecord {
     /// `rct_ms`).
     #[serde(default)]
     pub retry_lost_ms: Option<f64>,
+    /// Multipath page loads: the index of the local path (in the client's list of
+    /// local addresses) the path scheduler put the request on. `null` when no path
+    /// scheduler chose (single-path requests). Absent in records written before the
+    /// field existed.
+    #[serde(default)]
+    pub path_index: Option<usize>,
+    /// Multipath page loads: the path scheduler's reason, `scheduler:rule:path`
+    /// (e.g. `ecf:wait-for-fast:0`), with `;reissued-from=N` when the request is sent
+    /// again after path N failed. `null` when no path scheduler chose.
+    #[serde(default)]
+    pub path_decision: Option<String>,
 }

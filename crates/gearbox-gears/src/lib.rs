@@ -10,9 +10,12 @@
 //! - [`floo`]: the congestion controller per connection, every selection period on
 //!   the edge — Floo's Monitor state, the trained Selector and the static and random
 //!   baselines.
+//! - [`path`]: the path of each stream on a multipath client — the stream schedulers
+//!   SAILfish is compared with (MinRTT, round-robin, single best path, ECF, BLEST).
 //! - [`tcpwise`]: the initial window per client cluster and hour on the edge — TCP
 //!   WISE's Cwnd Table and its A/B draw.
 
 pub mod floo;
+pub mod path;
 pub mod tcpwise;
 pub mod transport;

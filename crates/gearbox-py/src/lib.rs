@@ -716,6 +716,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClient>()?;
     m.add_class::<PyResponse>()?;
     m.add_class::<sim::PySimSession>()?;
+    m.add_class::<sim::PySimPageLoad>()?;
     m.add("GearboxError", py.get_type::<GearboxError>())?;
     m.add("ConnectError", py.get_type::<ConnectError>())?;
     m.add("TlsError", py.get_type::<TlsError>())?;
@@ -726,6 +727,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("BadPage", py.get_type::<BadPage>())?;
     m.add_function(wrap_pyfunction!(sim::floo_feature_names, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sailfish_feature_names, m)?)?;
     m.add_function(wrap_pyfunction!(sim::generate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(workload_requests, m)?)?;
     m.add_function(wrap_pyfunction!(workload_names, m)?)?;

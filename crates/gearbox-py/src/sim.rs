@@ -145,6 +145,13 @@ impl PySimSession {
     }
 }
 
+/// The names of SAILfish's observation for a client with `paths` paths, in the order of
+/// a `SimPageLoad.next_stream()`'s `features` (docs/sailfish.md).
+#[pyfunction]
+pub fn sailfish_feature_names(paths: usize) -> Vec<String> {
+    gearbox_gears::path::sailfish::feature_names(paths)
+}
+
 /// The names of the Floo Monitor's normalised state, in the order of a monitor's
 /// `features` (docs/floo.md "State").
 #[pyfunction]
@@ -177,4 +184,97 @@ pub fn generate_trace(preset: &str, duration_s: f64, seed: u64, path: std::path:
     trace
         .write_file(&path)
         .map_err(|e| PyValueError::new_err(format!("{}: {e}", path.display())))
+}
+
+/// A page load on a (multipath) client in virtual time, one stream-to-path decision at a
+/// time: `SimPageLoad(config_toml, page_seed, name="<config>")` loads the page that
+/// `page_seed` draws from the config's `workload` (a page workload) over the config's
+/// paths (docs/sim.md "Page loads on several paths"; SAILfish §4.2.1).
+#[pyclass(module = "gearbox", name = "SimPageLoad", unsendable)]
+pub struct PySimPageLoad {
+    load: gearbox_sim::PageLoad,
+}
+
+#[pymethods]
+impl PySimPageLoad {
+    #[new]
+    #[pyo3(signature = (config, page_seed, name = "<config>"))]
+    fn new(config: &str, page_seed: u64, name: &str) -> PyResult<Self> {
+        let config = SimConfig::parse(config, Path::new(name)).map_err(sim_error)?;
+        let page = gearbox_workload::WorkloadSpec::load(&config.workload)
+            .and_then(|spec| spec.generate_page(page_seed))
+            .map_err(|e| PyValueError::new_err(format!("{name}: workload: {e}")))?;
+        Ok(PySimPageLoad {
+            load: gearbox_sim::PageLoad::new(&config, &page).map_err(sim_error)?,
+        })
+    }
+
+    /// Number of paths.
+    #[getter]
+    fn paths(&self) -> usize {
+        self.load.paths()
+    }
+
+    /// Runs to the next stream that needs a path: a dict (object, kind, size_bytes,
+    /// priority, now_ms, request and paths as a path scheduler sees them, and
+    /// `features`: SAILfish's observation, computed by the Rust gear's own code,
+    /// `sailfish_feature_names(paths)` order) or None when the page is loaded or the
+    /// time limit came.
+    fn next_stream<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        #[derive(serde::Serialize)]
+        struct WithFeatures {
+            #[serde(flatten)]
+            request: gearbox_sim::StreamRequest,
+            features: Vec<f32>,
+        }
+        let next = self.load.next_stream().map_err(sim_error)?.map(|request| WithFeatures {
+            features: gearbox_gears::path::sailfish::features(&request.request, &request.paths),
+            request,
+        });
+        to_py(py, &next)
+    }
+
+    /// Loads the rest of the page with a Rust path scheduler choosing every stream:
+    /// one of `gearbox_gears::path::SCHEDULERS`, or "sailfish" with the policy in
+    /// `model_dir`. Returns the outcome.
+    #[pyo3(signature = (scheduler, model_dir = None))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        scheduler: &str,
+        model_dir: Option<std::path::PathBuf>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut gear: Box<dyn gearbox_gear_api::PathGear> = match scheduler {
+            "sailfish" => {
+                let dir = model_dir.ok_or_else(|| PyValueError::new_err("scheduler \"sailfish\" needs model_dir"))?;
+                Box::new(gearbox_gears::path::SailfishGear::load(&dir, self.load.paths()).map_err(sim_error)?)
+            }
+            name => {
+                gearbox_gears::path::scheduler(name).map_err(|e| PyValueError::new_err(format!("{e}, sailfish")))?
+            }
+        };
+        let out = self.load.run_gear(gear.as_mut()).map_err(sim_error)?;
+        to_py(py, &out)
+    }
+
+    /// Sends waiting stream `object` on `path`; `reason` goes to its record.
+    #[pyo3(signature = (object, path, reason = ""))]
+    fn assign(&mut self, object: usize, path: usize, reason: &str) -> PyResult<()> {
+        self.load.assign(object, path, reason).map_err(sim_error)
+    }
+
+    /// Every object's path and times so far, and the page load time once done.
+    fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.load.outcome())
+    }
+
+    /// Client records (dicts, docs/telemetry.md) of the streams completed so far.
+    fn records<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let json = py.import("json")?;
+        let list = PyList::empty(py);
+        for line in self.load.records() {
+            list.append(json.call_method1("loads", (line,))?)?;
+        }
+        Ok(list)
+    }
 }

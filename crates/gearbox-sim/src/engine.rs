@@ -57,24 +57,42 @@ pub struct SimOutcome {
 }
 
 const SERVER: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 4433);
-const CLIENT_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 0, 2);
+/// The client's address on path `p` (path 0 is the single-path client's).
+pub(crate) fn client_ip(path: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 0, path as u8, 2)
+}
 const SERVER_NAME: &str = "sim.gearbox.invalid";
 const ALPN: &[u8] = b"gearbox-sim";
 
 /// One request in flight or done, on the client.
-struct Pending {
-    req: Request,
-    conn: usize,
+pub(crate) struct Pending {
+    pub(crate) req: Request,
+    pub(crate) conn: usize,
     stream: Option<StreamId>,
     written: u64,
     sent_at: Option<Duration>,
     first_byte_at: Option<Duration>,
-    received: u64,
+    pub(crate) received: u64,
     new_connection: bool,
 }
 
+impl Pending {
+    pub(crate) fn new(req: Request) -> Pending {
+        Pending {
+            req,
+            conn: 0,
+            stream: None,
+            written: 0,
+            sent_at: None,
+            first_byte_at: None,
+            received: 0,
+            new_connection: false,
+        }
+    }
+}
+
 /// A client connection and what it knows about its handshake.
-struct ClientConn {
+pub(crate) struct ClientConn {
     handle: ConnectionHandle,
     conn: Connection,
     started: Duration,
@@ -85,6 +103,26 @@ struct ClientConn {
     /// requests in flight, not every request of the run).
     writing: Vec<usize>,
     local: SocketAddrV4,
+    /// The path it runs on.
+    pub(crate) path: usize,
+}
+
+impl ClientConn {
+    /// quinn's statistics of the connection.
+    pub(crate) fn stats(&self) -> quinn_proto::ConnectionStats {
+        self.conn.stats()
+    }
+
+    /// Whether its handshake finished and it is still open.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.is_some() && !self.conn.is_closed()
+    }
+}
+
+/// One path's pair of links.
+pub(crate) struct PathLinks {
+    pub(crate) down: Link<BytesMut>,
+    pub(crate) up: Link<BytesMut>,
 }
 
 /// A server-side response being written.
@@ -180,11 +218,13 @@ fn seed_bytes(seed: u64, salt: u8) -> [u8; 32] {
 }
 
 /// The simulator's state.
-struct Sim {
+pub(crate) struct Sim {
     base: Instant,
-    now: Duration,
-    down: Link<BytesMut>,
-    up: Link<BytesMut>,
+    pub(crate) now: Duration,
+    /// Every path's links, in path order (one for a single-path client).
+    pub(crate) paths: Vec<PathLinks>,
+    /// Each path's current client connection (an index into `clients`).
+    pub(crate) path_conn: Vec<Option<usize>>,
     client: Endpoint,
     server: Endpoint,
     client_config: ClientConfig,
@@ -195,13 +235,15 @@ struct Sim {
     cc_config: Arc<CcConfig>,
     initial_window: Option<u32>,
     accepted: usize,
-    clients: Vec<ClientConn>,
+    pub(crate) clients: Vec<ClientConn>,
     by_handle: HashMap<ConnectionHandle, usize>,
     servers: HashMap<ConnectionHandle, ServerConn>,
-    pending: Vec<Pending>,
+    pub(crate) pending: Vec<Pending>,
     next_request: usize,
     records: Vec<String>,
-    completed: usize,
+    pub(crate) completed: usize,
+    /// A page load's dependency graph ([`crate::PageLoad`]); None for a workload run.
+    pub(crate) graph: Option<crate::page::Graph>,
     cc_name: String,
     buf: Vec<u8>,
     /// Records already handed out by [`Session::take_records`].
@@ -217,13 +259,12 @@ pub fn run(config: &SimConfig) -> Result<SimOutcome, SimError> {
     let limit = session.limit;
     let done = session.sim.run_until(limit)?;
     let sim = session.sim;
-    let stats = (sim.down.stats().delivered_packets, sim.up.stats().delivered_packets);
     Ok(SimOutcome {
         requests: sim.pending.len(),
         completed: sim.completed,
+        packets: sim.delivered_packets(),
         records: sim.records,
         simulated: sim.now,
-        packets: stats.0 + stats.1,
         timed_out: !done,
     })
 }
@@ -327,61 +368,11 @@ impl Session {
             message: format!("workload: {e}"),
         })?;
         let requests = workload.generate(config.seed, Limit::DurationMs(config.duration_s * 1e3));
-        let link = |c: &gearbox_link::LinkConfig, salt: u64| {
-            Link::new(c.clone(), config.seed.wrapping_mul(0x9e37_79b9).wrapping_add(salt)).map_err(setup_error)
-        };
-        let down = link(&config.down, 1)?;
-        let up = link(config.up.as_ref().unwrap_or(&config.down), 2)?;
-        let (server_crypto, client_config) = quic_configs(config)?;
-        let endpoint_config = Arc::new(EndpointConfig::default());
-        let sim = Sim {
-            base: Instant::now(),
-            now: Duration::ZERO,
-            down,
-            up,
-            client: Endpoint::new(endpoint_config.clone(), None, false, Some(seed_bytes(config.seed, 3))),
-            server: Endpoint::new(
-                endpoint_config,
-                Some(Arc::new(ServerConfig::with_crypto(server_crypto.clone()))),
-                false,
-                Some(seed_bytes(config.seed, 4)),
-            ),
-            client_config,
-            server_crypto,
-            cc: config.quic_cc().map_err(setup_error)?,
-            cc_config: Arc::new(CcConfig::default()),
-            initial_window: config.initial_window,
-            accepted: 0,
-            clients: Vec::new(),
-            by_handle: HashMap::new(),
-            servers: HashMap::new(),
-            pending: requests
-                .into_iter()
-                .map(|req| Pending {
-                    req,
-                    conn: 0,
-                    stream: None,
-                    written: 0,
-                    sent_at: None,
-                    first_byte_at: None,
-                    received: 0,
-                    new_connection: false,
-                })
-                .collect(),
-            next_request: 0,
-            records: Vec::new(),
-            completed: 0,
-            cc_name: config.cc.clone(),
-            buf: Vec::with_capacity(64 * 1024),
-            taken: 0,
-            period_rcts: HashMap::new(),
-        };
         Ok(Session {
-            sim,
+            sim: Sim::new(config, requests.into_iter().map(Pending::new).collect())?,
             limit: Duration::from_secs_f64(config.time_limit_s()),
         })
     }
-
     /// Simulated time now.
     pub fn now(&self) -> Duration {
         self.sim.now
@@ -523,7 +514,74 @@ impl Session {
 }
 
 impl Sim {
-    fn instant(&self) -> Instant {
+    /// A simulation at time zero with `pending` requests (not yet started).
+    pub(crate) fn new(config: &SimConfig, pending: Vec<Pending>) -> Result<Sim, SimError> {
+        let link = |c: gearbox_link::LinkConfig, salt: u64| {
+            Link::new(c, config.seed.wrapping_mul(0x9e37_79b9).wrapping_add(salt)).map_err(setup_error)
+        };
+        // Path 0's links keep the single-path salts, so adding paths changes nothing
+        // on the first.
+        let paths = config
+            .links()
+            .into_iter()
+            .enumerate()
+            .map(|(p, (down, up))| {
+                let salt = 2 * p as u64;
+                Ok(PathLinks {
+                    down: link(down, salt + 1)?,
+                    up: link(up, salt + 2)?,
+                })
+            })
+            .collect::<Result<Vec<_>, SimError>>()?;
+        let (server_crypto, client_config) = quic_configs(config)?;
+        let endpoint_config = Arc::new(EndpointConfig::default());
+        Ok(Sim {
+            base: Instant::now(),
+            now: Duration::ZERO,
+            path_conn: vec![None; paths.len()],
+            paths,
+            client: Endpoint::new(endpoint_config.clone(), None, false, Some(seed_bytes(config.seed, 3))),
+            server: Endpoint::new(
+                endpoint_config,
+                Some(Arc::new(ServerConfig::with_crypto(server_crypto.clone()))),
+                false,
+                Some(seed_bytes(config.seed, 4)),
+            ),
+            client_config,
+            server_crypto,
+            cc: config.quic_cc().map_err(setup_error)?,
+            cc_config: Arc::new(CcConfig::default()),
+            initial_window: config.initial_window,
+            accepted: 0,
+            clients: Vec::new(),
+            by_handle: HashMap::new(),
+            servers: HashMap::new(),
+            pending,
+            next_request: 0,
+            records: Vec::new(),
+            completed: 0,
+            cc_name: config.cc.clone(),
+            buf: Vec::with_capacity(64 * 1024),
+            taken: 0,
+            period_rcts: HashMap::new(),
+            graph: None,
+        })
+    }
+
+    /// Every record written so far.
+    pub(crate) fn records(&self) -> &[String] {
+        &self.records
+    }
+
+    /// Packets every link delivered.
+    pub(crate) fn delivered_packets(&self) -> u64 {
+        self.paths
+            .iter()
+            .map(|p| p.down.stats().delivered_packets + p.up.stats().delivered_packets)
+            .sum()
+    }
+
+    pub(crate) fn instant(&self) -> Instant {
         self.base + self.now
     }
 
@@ -540,12 +598,16 @@ impl Sim {
         (Arc::new(config), handle)
     }
 
-    /// Runs every event up to `target`; returns whether every request is done.
-    fn run_until(&mut self, target: Duration) -> Result<bool, SimError> {
+    /// Runs every event up to `target`; returns whether every request is done. A page
+    /// load stops early, at the instant a discovered object waits for its path.
+    pub(crate) fn run_until(&mut self, target: Duration) -> Result<bool, SimError> {
         loop {
             self.settle()?;
             if self.completed == self.pending.len() {
                 return Ok(true);
+            }
+            if self.graph.as_ref().is_some_and(|g| !g.ready.is_empty()) {
+                return Ok(false);
             }
             // With nothing left to happen (no timer, packet or request) it idles to the
             // target; a due event that produced nothing (a link departure) must not spin.
@@ -569,10 +631,14 @@ impl Sim {
                 next = Some(next.map_or(t, |n: Duration| n.min(t)));
             }
         };
-        take(self.down.next_wakeup());
-        take(self.up.next_wakeup());
-        if let Some(p) = self.pending.get(self.next_request) {
-            take(Some(Duration::from_secs_f64(p.req.send_at_ms / 1e3)));
+        for p in &self.paths {
+            take(p.down.next_wakeup());
+            take(p.up.next_wakeup());
+        }
+        if self.graph.is_none() {
+            if let Some(p) = self.pending.get(self.next_request) {
+                take(Some(Duration::from_secs_f64(p.req.send_at_ms / 1e3)));
+            }
         }
         let base = self.base;
         let since = |i: Instant| i.saturating_duration_since(base);
@@ -600,6 +666,10 @@ impl Sim {
 
     fn start_due_requests(&mut self) -> Result<bool, SimError> {
         let mut progress = false;
+        if self.graph.is_some() {
+            // A page load starts each object when it is assigned a path.
+            return Ok(false);
+        }
         while let Some(p) = self.pending.get(self.next_request) {
             if Duration::from_secs_f64(p.req.send_at_ms / 1e3) > self.now {
                 break;
@@ -612,7 +682,7 @@ impl Sim {
             // real client reconnects.
             let closed = self.clients.last().is_none_or(|c| c.conn.is_closed());
             if closed || self.pending[i].req.new_connection {
-                self.connect()?;
+                self.connect(0)?;
                 self.pending[i].new_connection = true;
             }
             let c = self.clients.len() - 1;
@@ -622,8 +692,26 @@ impl Sim {
         Ok(progress)
     }
 
-    fn connect(&mut self) -> Result<(), SimError> {
-        let local = SocketAddrV4::new(CLIENT_IP, 50000 + self.clients.len() as u16);
+    /// Queues request `i` on `path`'s connection (a new one when it has none or it
+    /// closed), for a page load's assignment.
+    pub(crate) fn start_on_path(&mut self, i: usize, path: usize) -> Result<(), SimError> {
+        let live = self.path_conn[path].filter(|&c| !self.clients[c].conn.is_closed());
+        let c = match live {
+            Some(c) => c,
+            None => {
+                self.connect(path)?;
+                self.pending[i].new_connection = true;
+                self.clients.len() - 1
+            }
+        };
+        self.pending[i].conn = c;
+        self.clients[c].waiting.push_back(i);
+        Ok(())
+    }
+
+    /// Opens a client connection on `path`.
+    pub(crate) fn connect(&mut self, path: usize) -> Result<(), SimError> {
+        let local = SocketAddrV4::new(client_ip(path), 50000 + self.clients.len() as u16);
         let (handle, conn) = self
             .client
             .connect(self.instant(), self.client_config.clone(), SERVER.into(), SERVER_NAME)
@@ -637,27 +725,31 @@ impl Sim {
             waiting: VecDeque::new(),
             writing: Vec::new(),
             local,
+            path,
         });
+        self.path_conn[path] = Some(self.clients.len() - 1);
         Ok(())
     }
 
     /// Requests still waiting for a stream on a connection that closed go to a new one.
     fn reconnect_stranded(&mut self) -> Result<bool, SimError> {
-        let stranded: Vec<usize> = self
+        let stranded: Vec<(usize, Vec<usize>)> = self
             .clients
             .iter_mut()
             .filter(|c| c.conn.is_closed() && !c.waiting.is_empty())
-            .flat_map(|c| c.waiting.drain(..).collect::<Vec<_>>())
+            .map(|c| (c.path, c.waiting.drain(..).collect()))
             .collect();
         if stranded.is_empty() {
             return Ok(false);
         }
-        self.connect()?;
-        let c = self.clients.len() - 1;
-        for i in stranded {
-            self.pending[i].conn = c;
-            self.pending[i].new_connection = true;
-            self.clients[c].waiting.push_back(i);
+        for (path, requests) in stranded {
+            self.connect(path)?;
+            let c = self.clients.len() - 1;
+            for i in requests {
+                self.pending[i].conn = c;
+                self.pending[i].new_connection = true;
+                self.clients[c].waiting.push_back(i);
+            }
         }
         Ok(true)
     }
@@ -682,7 +774,7 @@ impl Sim {
                 match ev {
                     Event::Connected => c.connected = Some(self.now),
                     Event::Stream(StreamEvent::Readable { id }) => {
-                        read_response(&mut self.pending, c, id, self.now);
+                        read_response(&mut self.pending, ci, c, id, self.now);
                     }
                     _ => {}
                 }
@@ -690,13 +782,14 @@ impl Sim {
             progress |= self.client_streams(ci);
             let c = &mut self.clients[ci];
             let src = c.local;
+            let up = &mut self.paths[c.path].up;
             loop {
                 self.buf.clear();
                 let Some(t) = c.conn.poll_transmit(now, 16, &mut self.buf) else {
                     break;
                 };
                 progress = true;
-                send(&mut self.up, self.now, src, &t, &self.buf);
+                send(up, self.now, src, &t, &self.buf);
             }
         }
         let handles: Vec<ConnectionHandle> = self.servers.keys().copied().collect();
@@ -741,7 +834,8 @@ impl Sim {
                     SocketAddr::V4(a) => a,
                     SocketAddr::V6(_) => continue,
                 };
-                send_to(&mut self.down, self.now, SERVER, dst, &t, &self.buf);
+                let down = path_of(&mut self.paths, dst);
+                send_to(down, self.now, SERVER, dst, &t, &self.buf);
             }
             if s.conn.is_drained() {
                 self.servers.remove(&h);
@@ -792,11 +886,20 @@ impl Sim {
         progress
     }
 
-    /// Hands every due datagram of both links to its endpoint.
+    /// Hands every due datagram of every path's links to its endpoint.
     fn deliver(&mut self) -> bool {
         let now = self.instant();
         let mut progress = false;
-        while let Some(p) = self.up.poll_transmit(self.now) {
+        for path in 0..self.paths.len() {
+            progress |= self.deliver_path(path, now);
+        }
+        progress |= self.finish_requests();
+        progress
+    }
+
+    fn deliver_path(&mut self, path: usize, now: Instant) -> bool {
+        let mut progress = false;
+        while let Some(p) = self.paths[path].up.poll_transmit(self.now) {
             progress = true;
             let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
@@ -829,13 +932,14 @@ impl Sim {
                 }
                 Some(DatagramEvent::Response(t)) => {
                     if let SocketAddr::V4(dst) = t.destination {
-                        send_to(&mut self.down, self.now, SERVER, dst, &t, &self.buf.clone());
+                        let buf = self.buf.clone();
+                        send_to(path_of(&mut self.paths, dst), self.now, SERVER, dst, &t, &buf);
                     }
                 }
                 None => {}
             }
         }
-        while let Some(p) = self.down.poll_transmit(self.now) {
+        while let Some(p) = self.paths[path].down.poll_transmit(self.now) {
             progress = true;
             let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
@@ -849,7 +953,6 @@ impl Sim {
                 }
             }
         }
-        progress |= self.finish_requests();
         progress
     }
 
@@ -875,11 +978,15 @@ impl Sim {
             self.pending[i].stream = None;
             self.pending[i].sent_at = None;
             progress = true;
+            if let Some(g) = self.graph.as_mut() {
+                g.completed(i, self.now, &mut self.pending);
+            }
         }
         progress
     }
 
     fn record(&self, i: usize) -> String {
+        let path = self.graph.as_ref().and_then(|g| g.decision(i));
         let p = &self.pending[i];
         let c = &self.clients[p.conn];
         let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
@@ -923,6 +1030,8 @@ impl Sim {
             error: None,
             retried_from: None,
             retry_lost_ms: None,
+            path_index: path.map(|(p, _)| p),
+            path_decision: path.map(|(_, reason)| reason.to_string()),
         };
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
@@ -932,9 +1041,10 @@ impl Sim {
     }
 }
 
-/// Reads what arrived of a response on the client.
-fn read_response(pending: &mut [Pending], c: &mut ClientConn, id: StreamId, now: Duration) {
-    let Some(p) = pending.iter_mut().find(|p| p.stream == Some(id)) else {
+/// Reads what arrived of a response on client connection `ci` (stream ids are per
+/// connection: two connections in use at once have the same ids).
+fn read_response(pending: &mut [Pending], ci: usize, c: &mut ClientConn, id: StreamId, now: Duration) {
+    let Some(p) = pending.iter_mut().find(|p| p.conn == ci && p.stream == Some(id)) else {
         return;
     };
     let mut recv = c.conn.recv_stream(id);
@@ -1019,6 +1129,12 @@ fn serve_write(s: &mut ServerConn, now: Duration) -> bool {
         s.streams.remove(&id);
     }
     progress
+}
+
+/// The downlink of the path whose client address is `dst` (path `p` owns `10.0.p.2`).
+fn path_of(paths: &mut [PathLinks], dst: SocketAddrV4) -> &mut Link<BytesMut> {
+    let p = (dst.ip().octets()[2] as usize).min(paths.len() - 1);
+    &mut paths[p].down
 }
 
 fn send(link: &mut Link<BytesMut>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {

@@ -25,8 +25,10 @@
 mod engine;
 pub mod null_crypto;
 mod packet;
+mod page;
 
 pub use engine::{run, ConnectionMonitor, GearRun, Session, SimError, SimOutcome};
+pub use page::{PageLoad, PageOutcome, StreamOutcome, StreamRequest};
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +36,8 @@ use gearbox_cc::QuicCc;
 use gearbox_link::LinkConfig;
 use serde::Deserialize;
 
-/// One simulation: a client and a server over one path (a downlink and an uplink).
+/// One simulation: a client and a server over one path (a downlink and an uplink) or,
+/// for a multipath client, over several.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimConfig {
@@ -59,12 +62,37 @@ pub struct SimConfig {
     pub packet_protection: PacketProtection,
     /// Workload: a built-in name (`feed`, `app`, `search`, `bulk`) or a workload file.
     pub workload: String,
-    /// Server to client (the emulator's `[path.down]`).
+    /// Server to client (the emulator's `[path.downlink]`) of a single-path client;
+    /// absent when `path` lists the paths.
+    #[serde(default)]
+    pub down: Option<LinkConfig>,
+    /// Client to server (default: the same as `down`).
+    #[serde(default)]
+    pub up: Option<LinkConfig>,
+    /// The paths of a multipath client (SAILfish §4.2: one QUIC connection per path),
+    /// in path order; instead of `down` and `up`.
+    #[serde(default)]
+    pub path: Vec<SimPath>,
+}
+
+/// One path of a multipath client: its own pair of links, and client address
+/// `10.0.<index>.2` (the emulator's multipath topology gives path *p* its own address
+/// the same way).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimPath {
+    /// A label for messages (default `path<i>`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Server to client.
     pub down: LinkConfig,
     /// Client to server (default: the same as `down`).
     #[serde(default)]
     pub up: Option<LinkConfig>,
 }
+
+/// The most paths a multipath client may have (one client address per path).
+pub const MAX_PATHS: usize = 200;
 
 /// How packets are protected once the handshake has keys (docs/sim.md "Packet protection").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -122,12 +150,59 @@ impl SimConfig {
             .map_err(|e| bad("cc", e.to_string()))?
             .factory(self.initial_window)
             .map_err(|e| bad("initial_window", e.to_string()))?;
-        for (name, link) in [("down", Some(&self.down)), ("up", self.up.as_ref())] {
+        match (&self.down, self.path.is_empty()) {
+            (None, true) => {
+                return Err(bad(
+                    "down",
+                    "missing: give [down] (one path) or [[path]] entries".into(),
+                ))
+            }
+            (Some(_), false) => {
+                return Err(bad(
+                    "path",
+                    "give either [down]/[up] (one path) or [[path]] entries, not both".into(),
+                ))
+            }
+            _ => {}
+        }
+        if self.up.is_some() && self.down.is_none() {
+            return Err(bad(
+                "up",
+                "[up] needs [down]; with [[path]] each path has its own up".into(),
+            ));
+        }
+        if self.path.len() > MAX_PATHS {
+            return Err(bad(
+                "path",
+                format!("at most {MAX_PATHS} paths, got {}", self.path.len()),
+            ));
+        }
+        for (name, link) in [("down", self.down.as_ref()), ("up", self.up.as_ref())] {
             if let Some(l) = link {
                 l.validate().map_err(|e| bad(name, e.to_string()))?;
             }
         }
+        for (i, p) in self.path.iter().enumerate() {
+            for (name, link) in [("down", Some(&p.down)), ("up", p.up.as_ref())] {
+                if let Some(l) = link {
+                    l.validate()
+                        .map_err(|e| bad(&format!("path[{i}].{name}"), e.to_string()))?;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Each path's (down, up) links, in path order: one for a single-path config.
+    pub fn links(&self) -> Vec<(LinkConfig, LinkConfig)> {
+        match &self.down {
+            Some(down) => vec![(down.clone(), self.up.clone().unwrap_or_else(|| down.clone()))],
+            None => self
+                .path
+                .iter()
+                .map(|p| (p.down.clone(), p.up.clone().unwrap_or_else(|| p.down.clone())))
+                .collect(),
+        }
     }
 
     /// The controller named by `cc`.

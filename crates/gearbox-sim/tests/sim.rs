@@ -48,11 +48,11 @@ fn the_same_seed_gives_byte_identical_records() {
 
 #[test]
 fn loss_on_the_link_shows_as_quic_losses_and_every_request_still_completes() {
-    let lossy = config(&bulk(), "").down.clone();
+    let lossy = config(&bulk(), "").down.clone().unwrap();
     let mut c = config(&bulk(), "");
     let mut down = lossy;
     down.loss = toml::from_str("model = \"bernoulli\"\nloss_rate = 0.02\n").unwrap();
-    c.down = down;
+    c.down = Some(down);
     let out = run(&c).unwrap();
     assert_eq!(out.completed, 1);
     let r = &records(&out)[0];

@@ -153,7 +153,9 @@ impl Iterator for RequestStream<'_> {
 
 /// Size of a plain GET for `path`: request line plus a typical set of browser headers.
 /// Pages carry no request sizes of their own (FlexHTTP Table 1 lists response sizes only).
-fn request_bytes_for_get(path: &str) -> u64 {
+/// Bytes of a GET for `path`: typical request headers plus the path (the workloads'
+/// request size for page objects).
+pub fn request_bytes_for_get(path: &str) -> u64 {
     const TYPICAL_HEADER_BYTES: u64 = 400;
     TYPICAL_HEADER_BYTES + path.len() as u64
 }

@@ -31,7 +31,7 @@ mod page;
 mod spec;
 
 pub use cdf::{Cdf, CdfError};
-pub use generate::{Limit, Request, RequestStream};
+pub use generate::{request_bytes_for_get, Limit, Request, RequestStream};
 pub use page::{generate_page, KindSpec, ObjectKind, Page, PageError, PageObject, PageSpec};
 pub use spec::{
     BulkSpec, ClickSpec, ClientSpec, ConnectionReuse, Pattern, WorkloadError, WorkloadSpec, DEFAULT_MSS_BYTES,

@@ -90,6 +90,22 @@ pub struct PageObject {
     pub depends_on: Vec<usize>,
 }
 
+impl PageObject {
+    /// Where the object goes among objects that become ready together, in the order a
+    /// browser requests them (SAILfish §5.1.4: HTML, CSS and JS first): RFC 9218
+    /// urgency, then HTML, CSS, JS before every other kind, then page order. Smaller
+    /// goes first.
+    pub fn browser_order(&self) -> (u8, u8, usize) {
+        let kind = match self.kind {
+            ObjectKind::Html => 0,
+            ObjectKind::Css => 1,
+            ObjectKind::Js => 2,
+            _ => 3,
+        };
+        (self.priority, kind, self.id)
+    }
+}
+
 /// A web page: objects and their discovery dependencies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Page {
@@ -483,5 +499,30 @@ mod tests {
             })
         );
         assert_eq!(Page { objects: vec![] }.validate(), Err(PageError::Empty));
+    }
+
+    #[test]
+    fn html_css_js_go_before_images_of_the_same_urgency() {
+        let object = |id, kind| PageObject {
+            id,
+            path: String::new(),
+            kind,
+            size_bytes: 1,
+            priority: 3,
+            depends_on: Vec::new(),
+        };
+        let order: Vec<_> = [
+            object(1, ObjectKind::Image),
+            object(2, ObjectKind::Js),
+            object(3, ObjectKind::Css),
+            object(4, ObjectKind::Html),
+        ]
+        .iter()
+        .map(PageObject::browser_order)
+        .collect();
+        assert!(order[3] < order[2] && order[2] < order[1] && order[1] < order[0]);
+        let mut urgent = object(5, ObjectKind::Image);
+        urgent.priority = 0;
+        assert!(urgent.browser_order() < order[3]);
     }
 }

@@ -7,6 +7,7 @@
     gearbox lab demo [--out out/lab-demo]
     gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
     gearbox lab floo evaluate                               (python/gearbox/floo)
+    gearbox lab sailfish evaluate                           (python/gearbox/sailfish)
 
 The schema of scenario files and the layout of OUT_DIR are in docs/lab.md.
 """
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
     sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
+    sub.add_parser("sailfish", help="SAILfish's evaluation in the simulator (gearbox lab sailfish evaluate --help)")
     return p
 
 
@@ -126,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
         from gearbox.floo.evaluate import main as floo_evaluate
 
         return floo_evaluate(raw[2:])
+    if raw[:1] == ["sailfish"]:  # SAILfish's evaluation parses its own arguments
+        if raw[1:2] != ["evaluate"]:
+            print(
+                "gearbox lab sailfish: the subcommand is `evaluate` (gearbox lab sailfish evaluate --help)",
+                file=sys.stderr,
+            )
+            return 2
+        from gearbox.sailfish.evaluate import main as sailfish_evaluate
+
+        return sailfish_evaluate(raw[2:])
     if raw[:1] == ["wisetrans"]:  # the WiseTrans pipelines parse their own arguments
         from gearbox.wisetrans.__main__ import main as wisetrans_main
 

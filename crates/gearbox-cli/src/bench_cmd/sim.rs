@@ -1,6 +1,7 @@
 //! `gearbox bench sim`: how fast the simulator runs (docs/sim.md "Speed"): simulated
 //! seconds per wall second and packets per wall second, for a 10 Mbit/s path with the
-//! `app` workload and a 100 Mbit/s bulk transfer. Not a test: it prints figures.
+//! `app` workload and a 100 Mbit/s bulk transfer; and page loads per wall second on a
+//! two-path client (SAILfish's training environment). Not a test: it prints figures.
 
 use std::path::Path;
 use std::time::Instant;
@@ -53,5 +54,40 @@ pub fn run(a: SimBenchArgs) -> anyhow::Result<()> {
             packets as f64 / wall
         );
     }
+    page_loads(a.repeats)
+}
+
+/// Two contrasting paths (20 Mbit/s 20 ms, 5 Mbit/s 80 ms), 20 pages of the `page`
+/// workload, every stream scheduled by stream MinRTT: loads and decisions per wall
+/// second.
+fn page_loads(repeats: usize) -> anyhow::Result<()> {
+    let text = "seed = 1\nduration_s = 1.0\ntime_limit_s = 120.0\nworkload = \"page\"\n\
+        [[path]]\n[path.down]\nrate_bps = 20000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n\
+        [[path]]\n[path.down]\nrate_bps = 5000000\ndelay_ms = 40.0\nbase_rtt_ms = 80.0\n";
+    let config = SimConfig::parse(text, Path::new("two paths"))?;
+    let pages: Vec<_> = (0..20).map(gearbox_workload::generate_page).collect::<Result<_, _>>()?;
+    let mut runs = Vec::new();
+    for _ in 0..repeats {
+        let (t, mut decisions, mut plt) = (Instant::now(), 0usize, 0.0);
+        for page in &pages {
+            let mut load = gearbox_sim::PageLoad::new(&config, page)?;
+            let mut gear = gearbox_gears::path::scheduler("minrtt")?;
+            let out = load.run_gear(gear.as_mut())?;
+            decisions += out.streams.len();
+            plt += out.page_load_ms.unwrap_or(f64::NAN);
+        }
+        runs.push((t.elapsed().as_secs_f64(), decisions, plt / pages.len() as f64));
+    }
+    runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let (wall, decisions, plt) = runs[runs.len() / 2];
+    println!(
+        "\n| page loads, two paths (20 and 5 Mbit/s), stream MinRTT | loads | decisions | wall s | loads/s | decisions/s | mean page load ms |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
+    println!(
+        "| 20 pages of `page` | {} | {decisions} | {wall:.3} | {:.0} | {:.0} | {plt:.0} |",
+        pages.len(),
+        pages.len() as f64 / wall,
+        decisions as f64 / wall
+    );
     Ok(())
 }

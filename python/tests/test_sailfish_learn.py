@@ -1,0 +1,132 @@
+"""SAILfish's learner: the A2C file, the path pairs and pages, and `gearbox learn sailfish`."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from gearbox._native import SimPageLoad, generate_page
+from gearbox.sailfish.a2c import A2CConfig, discounted_returns, train
+from gearbox.sailfish.scenarios import (
+    CLASSES,
+    TABLE_5_1_FILES,
+    TABLE_5_2,
+    TEST_PAGE_SEED_START,
+    evaluation_page_seeds,
+    sample_pairs,
+)
+
+
+class TwoArms(gym.Env):
+    """Five decisions per episode; arm 1 pays 1, arm 0 pays 0; the observation says
+    nothing."""
+
+    observation_space = spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.ones(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.ones(3, np.float32), float(action == 1), self.t == 5, False, {"arm": int(action)}
+
+
+def test_a2c_learns_the_arm_that_pays():
+    result = train(TwoArms(), A2CConfig(actor_lr=3e-3, entropy_start=0.05, entropy_end=0.001), 300, seed=2)
+    assert result.act(np.ones(3, np.float32)) == 1
+    # The last updates mostly pull arm 1.
+    assert np.mean([h["info/arm"] for h in result.history[-30:]]) > 0.8
+    assert result.history[-1]["epochs"] == 300
+
+
+def test_discounted_returns_run_backwards_from_the_end():
+    assert discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+
+
+def test_bad_configs_name_the_field():
+    with pytest.raises(ValueError, match="A2CConfig.gamma"):
+        train(TwoArms(), A2CConfig(gamma=1.5), 1, seed=0)
+    with pytest.raises(ValueError, match="epochs"):
+        train(TwoArms(), A2CConfig(), 0, seed=0)
+
+
+def test_table_5_2_pairs_and_sampled_pairs_are_valid_configs():
+    for pair in TABLE_5_2:
+        assert SimPageLoad(pair.config(), 1, pair.name).paths == 2
+    pairs = sample_pairs(3, seed=5)
+    assert pairs == sample_pairs(3, seed=5)
+    assert [p.cls for p in pairs] == [c for c in CLASSES for _ in range(3)]
+    for p in pairs:
+        a, b = sorted(x.mbps for x in p.paths)
+        if p.cls == "homogeneous":
+            assert a == b
+        if p.cls == "low-bdw dissimilar":
+            assert b >= 20 and a <= 6
+        for x in p.paths:
+            assert 1 <= x.mbps <= 100 and 0 <= x.latency_ms <= 50 and 0 <= x.loss <= 0.02
+        SimPageLoad(p.config(), 2, p.name)
+
+
+def test_evaluation_pages_have_table_5_1s_sizes_and_are_not_training_pages():
+    seeds = evaluation_page_seeds()
+    assert all(s >= TEST_PAGE_SEED_START for s in seeds)
+    assert [len(generate_page(s)["objects"]) for s in seeds] == list(TABLE_5_1_FILES)
+
+
+def test_learn_sailfish_writes_a_policy_and_its_sidecar(tmp_path):
+    from gearbox.sailfish.train import main
+    from gearbox.sim.paths import feature_names
+
+    out = tmp_path / "m"
+    assert main(["--epochs", "3", "--pairs-per-class", "1", "--train-pages", "4", "--out", str(out)]) == 0
+    model = json.loads((out / "policy.json").read_text())
+    meta = json.loads((out / "policy.meta.json").read_text())
+    assert model["feature_names"] == feature_names(2)
+    # The exported policy loads in the Rust gear and schedules a page.
+    load = SimPageLoad(TABLE_5_2[0].config(), 1).run("sailfish", out)
+    assert not load["timed_out"]
+    assert [f["name"] for f in meta["features"]] == feature_names(2)
+    assert meta["class_labels"] == ["path0", "path1"]
+    assert meta["model_version"].startswith("sailfish-")
+    assert len(json.loads((out / "history.json").read_text())) == 3
+
+
+def test_evaluate_writes_loads_and_a_report(tmp_path):
+    from gearbox.sailfish.evaluate import main as evaluate
+
+    out = tmp_path / "eval"
+    assert evaluate(["--schemes", "minrtt,path1", "--held-apart-per-class", "0", "--reps", "1", "--out", str(out)]) == 0
+    rows = (out / "loads.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * len(TABLE_5_2) * len(TABLE_5_1_FILES)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["by_class"]) == set(CLASSES)
+    assert summary["schemes"]["minrtt"]["timed_out"] == 0
+    assert "| low-bdw dissimilar |" in (out / "report.md").read_text()
+
+
+def test_the_targets_compare_sailfish_with_minrtt_and_ecf_per_class():
+    from gearbox.sailfish.evaluate import summarise
+
+    rows = []
+    for cls in CLASSES:
+        for scheme, ms in (("sailfish", 80.0), ("minrtt", 100.0), ("ecf", 95.0), ("blest", 70.0)):
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "class": cls,
+                    "size": "small",
+                    "timed_out": False,
+                    "mean_stream_ms": ms,
+                    "page_load_ms": ms,
+                }
+            )
+    targets = summarise(rows, ["sailfish", "minrtt", "ecf", "blest"])["targets"]
+    # 80 is >= 10% below 95 (ECF), but worse than BLEST's 70 on homogeneous paths.
+    assert targets["low-bdw dissimilar"]["met"] and not targets["homogeneous"]["met"]
