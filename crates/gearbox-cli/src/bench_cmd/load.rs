@@ -18,7 +18,8 @@
 //! The active clients replay the workload's requests and click structure with the gaps
 //! and think times taken out (each client sends its next click when the previous one has
 //! finished): a closed loop measures what the server can serve, where the workload's own
-//! pacing would only measure the pacing. Each request is a `GET` of the file, out of a
+//! pacing would only measure the pacing. The clients start evenly over the warm-up, and
+//! errors are counted by kind. Each request is a `GET` of the file, out of a
 //! pool drawn from the workload's response sizes, closest in size to the request's
 //! response: both servers serve the same files from disk (caddy's `file_server` has no
 //! synthetic route, and answers no `POST`, so the workload's uploads are left out).
@@ -105,6 +106,7 @@ struct Active {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    error_kinds: Vec<(String, u64)>,
     first_error: Option<String>,
     client_cpu_pct: f64,
     server_cpu_pct: f64,
@@ -370,7 +372,19 @@ async fn settle() {
 struct Tally {
     latencies_ms: Vec<f64>,
     errors: u64,
+    /// Errors by kind (the client error's variant).
+    kinds: std::collections::BTreeMap<String, u64>,
     first_error: Option<String>,
+}
+
+/// The kind of a client error, for the report: its variant's name.
+fn error_kind(e: &gearbox_client::ClientError) -> String {
+    let debug = format!("{e:?}");
+    debug
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .next()
+        .unwrap_or("error")
+        .to_string()
 }
 
 /// `--active` clients, each with its own connection, replaying the workload's clicks
@@ -408,7 +422,11 @@ async fn active(
             base.clone(),
         );
         let seed = a.seed.wrapping_add(i as u64);
+        // The clients start evenly over the warm-up: a thousand handshakes at one instant
+        // would measure the burst, not the load.
+        let start_after = Duration::from_secs_f64(a.warmup_s * i as f64 / a.active as f64);
         tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(start_after).await;
             let mut requests = spec.requests(seed).peekable();
             let mut mine = Tally::default();
             while !stop.load(Ordering::Relaxed) {
@@ -427,11 +445,14 @@ async fn active(
                         req.discard_body = true;
                         let r = match client.request(req).await {
                             Ok(resp) if resp.status == 200 && resp.record.bytes == want => Ok(()),
-                            Ok(resp) => Err(format!(
-                                "GET {url}: status {} with {} bytes, expected 200 with {want}",
-                                resp.status, resp.record.bytes
+                            Ok(resp) => Err((
+                                "wrong response".to_string(),
+                                format!(
+                                    "GET {url}: status {} with {} bytes, expected 200 with {want}",
+                                    resp.status, resp.record.bytes
+                                ),
                             )),
-                            Err(e) => Err(format!("GET {url}: {e}")),
+                            Err(e) => Err((error_kind(&e), format!("GET {url}: {e}"))),
                         };
                         (r, t0.elapsed().as_secs_f64() * 1e3)
                     }
@@ -444,8 +465,9 @@ async fn active(
                             done.fetch_add(1, Ordering::Relaxed);
                         }
                         Ok(()) => {}
-                        Err(e) => {
+                        Err((kind, e)) => {
                             mine.errors += 1;
+                            *mine.kinds.entry(kind).or_insert(0) += 1;
                             mine.first_error.get_or_insert(e);
                         }
                     }
@@ -454,6 +476,9 @@ async fn active(
             let mut t = tally.lock().unwrap_or_else(|p| p.into_inner());
             t.latencies_ms.append(&mut mine.latencies_ms);
             t.errors += mine.errors;
+            for (k, n) in mine.kinds {
+                *t.kinds.entry(k).or_insert(0) += n;
+            }
             if t.first_error.is_none() {
                 t.first_error = mine.first_error;
             }
@@ -479,6 +504,7 @@ async fn active(
         p50_ms: pct(50.0),
         p99_ms: pct(99.0),
         errors: t.errors,
+        error_kinds: std::mem::take(&mut t.kinds).into_iter().collect(),
         first_error: t.first_error.take(),
         client_cpu_pct: (c1 - c0) / wall * 100.0,
         server_cpu_pct: (s1 - s0) / wall * 100.0,
@@ -528,7 +554,7 @@ fn print_report(
     }
     println!(
         "idle: {idle_n} TLS/TCP (h2) + {idle_n} QUIC (h3) connections held; active: {} clients of `{}` (closed loop, no think time), \
-         {} s after {} s warm-up, over h2 then h3, with the idle ones held",
+         {} s after {} s warm-up (the clients start evenly over it), over h2 then h3, with the idle ones held",
         a.active, a.workload, a.duration_s, a.warmup_s
     );
     println!(
@@ -625,7 +651,8 @@ fn print_report(
         }
         for (label, x) in [("h2", &f.h2), ("h3", &f.h3)] {
             if let Some(e) = &x.first_error {
-                println!("{name} {label}: first request error: {e}");
+                let kinds: Vec<String> = x.error_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                println!("{name} {label}: errors by kind: {}; the first: {e}", kinds.join(", "));
             }
         }
     }
@@ -672,6 +699,16 @@ mod tests {
         // Fig. 5b of the app workload: 70% of responses under 10 kB.
         let small = pool.iter().filter(|&&b| b < 10_000).count();
         assert!((100..180).contains(&small), "{small} of 200 under 10 kB");
+    }
+
+    #[test]
+    fn an_error_is_counted_by_its_kind() {
+        let e = gearbox_client::ClientError::Timeout {
+            what: "QUIC handshake",
+            addr: "127.0.0.1:1".into(),
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(error_kind(&e), "Timeout");
     }
 
     #[test]
