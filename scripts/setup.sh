@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 for pair in caddy:caddy nginx:nginx gtlsclient:ngtcp2-client gtlsserver:ngtcp2-server \
-            chromium:chromium iperf3:iperf3 curl:curl jq:jq; do
+            chromium:chromium iperf3:iperf3 curl:curl jq:jq node:nodejs npm:npm openssl:openssl; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need_pkgs+=("$pkg")
 done
@@ -46,6 +46,13 @@ if [ ! -x .tools/bin/h2spec ]; then
   GO=$(command -v go || echo /usr/local/go/bin/go)
   echo "setup: building h2spec $H2SPEC_VERSION into .tools/bin"
   GOBIN="$PWD/.tools/bin" GOFLAGS=-mod=mod "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION"
+fi
+
+# Lighthouse for Speed Index in Chromium (docs/flexhttp.md), pinned exactly (12.x runs on Node 20;
+# 13.x needs Node 22) with its lock file, into the project-local tools/lighthouse.
+if [ "$(node -p "try{require('./tools/lighthouse/node_modules/lighthouse/package.json').version}catch(e){''}" 2>/dev/null)" != "12.2.3" ]; then
+  echo "setup: installing lighthouse 12.2.3 into tools/lighthouse"
+  (cd tools/lighthouse && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 scripts/python-setup.sh

@@ -9,13 +9,12 @@ skip is a failure (require_all.py).
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from require_all import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
-from support import Edge, find_gearbox_bin, free_port, make_cert, stop, wait_until_listening
+from support import Edge, find_gearbox_bin, running_edge
 
 
 @pytest.fixture(scope="session")
@@ -30,33 +29,8 @@ def gearbox_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def edge(gearbox_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    directory = tmp_path_factory.mktemp("edge")
-    cert, key = make_cert(gearbox_bin, directory, "edge")
-    port = free_port()
-    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [
-                str(gearbox_bin),
-                "edge",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--cert",
-                str(cert),
-                "--key",
-                str(key),
-                "--telemetry",
-                str(telemetry),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until_listening(proc, port, log)
-        yield Edge(origin=f"https://127.0.0.1:{port}", port=port, cert=cert, telemetry=telemetry, log=log)
-    finally:
-        stop(proc)
+    with running_edge(gearbox_bin, tmp_path_factory.mktemp("edge")) as edge:
+        yield edge
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,3 +84,28 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=EDGE_STOP_TIMEOUT_S)
+
+
+@contextmanager
+def running_edge(
+    gearbox_bin: Path, directory: Path, args: Sequence[str] = (), host: str = "127.0.0.1"
+) -> Iterator[Edge]:
+    """A `gearbox edge` on a free loopback port with a fresh certificate and its telemetry
+    and log in `directory`, plus `args`; stopped on exit. `host` names the origin
+    (`localhost` where Chromium needs a name for its flags)."""
+    cert, key = make_cert(gearbox_bin, directory, "edge")
+    port = free_port()
+    telemetry, log = directory / "edge.jsonl", directory / "edge.log"
+    with log.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{port}", "--cert", str(cert), "--key", str(key)]
+            + ["--telemetry", str(telemetry), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until_listening(proc, port, log)
+        yield Edge(origin=f"https://{host}:{port}", port=port, cert=cert, telemetry=telemetry, log=log)
+    finally:
+        stop(proc)

@@ -19,6 +19,8 @@ use gearbox_client::{
     Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
 use gearbox_dataplane::telemetry::TelemetrySink;
+
+use crate::control_args::ControlArgs;
 use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
 use gearbox_workload::{Limit, WorkloadSpec};
 
@@ -186,6 +188,17 @@ pub(crate) fn telemetry_sink(path: Option<&Path>) -> anyhow::Result<TelemetrySin
     }
 }
 
+/// The records to `path` and, with `--control`, to the control plane (docs/control.md).
+fn control_sink(path: Option<&Path>, control: &ControlArgs) -> anyhow::Result<TelemetrySink> {
+    match control.apply(None, "client-spool")? {
+        None => telemetry_sink(path),
+        Some(c) if c.policies.is_some() || c.poll_interval_s.is_some() => {
+            bail!("--policies and --poll-s: the client does not poll policies natively yet (docs/control.md); `gearbox control agent --policies DIR` keeps its model files current")
+        }
+        Some(c) => Ok(TelemetrySink::open(path, Some(&c))?),
+    }
+}
+
 /// A hint for errors a user can fix with a flag.
 fn hint(err: &ClientError, conn: &ConnArgs) -> &'static str {
     match err {
@@ -220,6 +233,8 @@ pub struct GetArgs {
     /// Send a request body of this many bytes.
     #[arg(long, value_name = "N")]
     pub body_bytes: Option<usize>,
+    #[command(flatten)]
+    pub control: ControlArgs,
 }
 
 /// `gearbox get`: one request; the record goes to stdout (also on failure, with `error`
@@ -229,7 +244,7 @@ pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
     let (transport, gear) = a.gear.resolve(a.proto)?;
     let rt = runtime()?;
     rt.block_on(async {
-        let sink = telemetry_sink(a.out.as_deref())?;
+        let sink = control_sink(a.out.as_deref(), &a.control)?;
         let client = Client::with_gear(a.conn.config(sink)?, gear).context("gearbox get")?;
         let mut req = Request::get(&a.url, transport);
         req.method = method;
@@ -238,7 +253,7 @@ pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
         }
         req.discard_body = a.output.is_none();
         let (result, record) = client.request_with_record(req).await;
-        client.flush_telemetry().await;
+        client.config().telemetry.finish().await;
         println!("{}", serde_json::to_string(&record).context("record to JSON")?);
         match result {
             Ok(resp) => {
@@ -296,6 +311,8 @@ pub struct LoadArgs {
     pub json: bool,
     #[command(flatten)]
     pub conn: ConnArgs,
+    #[command(flatten)]
+    pub control: ControlArgs,
 }
 
 /// `gearbox load`: replays a workload and prints a summary.
@@ -322,7 +339,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     let started = Instant::now();
     let (records, page_loads) = rt.block_on(async {
-        let sink = telemetry_sink(a.telemetry.as_deref())?;
+        let sink = control_sink(a.telemetry.as_deref(), &a.control)?;
         let log = RecordLog::new();
         let gear = RecordingGear::new(gear, log.clone());
         let client = Client::with_gear(a.conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
@@ -333,7 +350,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             paths: a.conn.local_addr.len().max(1),
         };
         let page_loads = replay(&client, &spec, a.seed, &requests, &options).await?;
-        client.flush_telemetry().await;
+        client.config().telemetry.finish().await;
         Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;
     let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &records, &page_loads);

@@ -40,6 +40,9 @@ pub struct EdgeArgs {
     /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
     #[arg(long)]
     pub tcp_cc: Option<TcpCc>,
+    /// TCP_NOTSENT_LOWAT of accepted TCP connections, bytes; 0 = the system's (unlimited) [default: 16384].
+    #[arg(long, value_name = "BYTES")]
+    pub tcp_notsent_lowat: Option<u32>,
     /// TCP WISE's Cwnd Table (TOML, docs/tcpwise.md): the initial window per client
     /// cluster and hour, on TCP (BPF sock_ops, needs root) and QUIC; reloaded when the
     /// file changes.
@@ -82,6 +85,8 @@ pub struct EdgeArgs {
     /// Added processing time of every request served over QUIC, ms [default: 0].
     #[arg(long, value_name = "MS")]
     pub quic_processing_ms: Option<u64>,
+    #[command(flatten)]
+    pub control: crate::control_args::ControlArgs,
 }
 
 impl EdgeArgs {
@@ -108,6 +113,9 @@ impl EdgeArgs {
         if self.tcp_cc.is_some() {
             c.tcp_cc = self.tcp_cc;
         }
+        if self.tcp_notsent_lowat.is_some() {
+            c.tcp_notsent_lowat_bytes = self.tcp_notsent_lowat;
+        }
         if self.cwnd_table.is_some() {
             c.cwnd_table = self.cwnd_table.clone();
         }
@@ -123,6 +131,7 @@ impl EdgeArgs {
         if self.no_alt_svc {
             c.alt_svc = false;
         }
+        c.control = self.control.apply(c.control.take(), "edge-spool")?;
         Ok(c)
     }
 }
@@ -163,7 +172,13 @@ pub fn period_gear(a: &EdgeArgs, c: &EdgeConfig) -> anyhow::Result<Option<Period
     );
     let gear: Box<dyn CcaPeriodGear> = match name {
         "floo" => {
-            let dir = a.model_dir.clone().unwrap_or_else(|| PathBuf::from("models/floo"));
+            // --model-dir, else the last good copy polled from the control plane, else the
+            // shipped model.
+            let dir = a
+                .model_dir
+                .clone()
+                .or_else(|| gearbox_edge::control::polled_copy(c, gearbox_edge::control::FLOO_GEAR))
+                .unwrap_or_else(|| PathBuf::from("models/floo"));
             match FlooGear::load(&dir) {
                 Ok(g) => Box::new(g),
                 Err(e) => {
@@ -233,7 +248,20 @@ fn raise_fd_limit(max_connections: u32) {
 /// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
     let config = a.config()?;
-    let period = period_gear(&a, &config)?;
+    let mut period = period_gear(&a, &config)?;
+    // Floo with polled policies: its model is swapped while the edge runs
+    // (gearbox_edge::control).
+    let floo_slot = match &mut period {
+        Some(pg)
+            if a.gear.as_deref() == Some("floo") && config.control.as_ref().is_some_and(|c| c.policies.is_some()) =>
+        {
+            let gear = std::mem::replace(&mut pg.gear, Box::new(FixedCca(gearbox_cc::Cca::Cubic)));
+            let (swappable, slot) = gearbox_edge::control::SwappablePeriodGear::new(gear);
+            pg.gear = Box::new(swappable);
+            Some(slot)
+        }
+        _ => None,
+    };
     raise_fd_limit(config.limits.max_connections);
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async move {
@@ -241,7 +269,18 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
         if let Some(pg) = period {
             gears.set_period_gear(pg);
         }
-        let edge = Edge::bind(config, gears).await?;
+        let mut edge = Edge::bind(config, gears).await?;
+        if let (Some(slot), Some(poller)) = (floo_slot, edge.policies()) {
+            poller.on(
+                gearbox_edge::control::FLOO_GEAR,
+                gearbox_edge::control::floo_loader(slot),
+            );
+            // The copy on disk is what period_gear loaded; this marks it as running.
+            let (_, failed) = poller.load_from_disk();
+            for f in failed {
+                tracing::error!(policy = f, "policy: the copy on disk cannot be loaded");
+            }
+        }
         eprintln!(
             "gearbox edge: https://{} (h2, http/1.1) and h3 on udp {}{}",
             edge.tcp_addr(),

@@ -9,12 +9,14 @@ use clap::{Parser, Subcommand};
 mod bench_cmd;
 mod cert_cmd;
 mod client_cmd;
+mod control_args;
 mod control_cmd;
 mod demo_cmd;
 mod edge_cmd;
 mod emu_cmd;
 mod lab_cmd;
 mod learn_cmd;
+mod pages_cmd;
 mod sim_cmd;
 mod trace_cmd;
 
@@ -52,6 +54,9 @@ enum Command {
     /// The control plane: telemetry ingestion, policy registry, scheduled learners, dashboard
     /// (`gearbox control --help`, docs/control.md).
     Control(control_cmd::ControlArgs),
+    /// The page kit: seeded static sites with FlexHTTP's measured page statistics, and their
+    /// page features (`gearbox pages --help`, docs/flexhttp.md).
+    Pages(pages_cmd::PagesArgs),
     /// The virtual-time simulator: real QUIC over the lab's link model, no root (docs/sim.md).
     Sim(sim_cmd::SimArgs),
     /// Synthetic link traces for scenarios (used by the lab).
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Command::Emu(a) => emu_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Lab(a) => lab_cmd::run(a),
+        Command::Pages(a) => pages_cmd::run(a),
         Command::Learn(a) => learn_cmd::run(a),
         Command::Control(a) => control_cmd::run(a),
         Command::Sim(a) => sim_cmd::run(a),

@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 /// Default upper limit of `/bytes/{n}`: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
+/// Default `TCP_NOTSENT_LOWAT` of accepted TCP connections (docs/flexhttp.md, "HTTP/2 on the demo's
+/// WiFi": measured there).
+pub const DEFAULT_TCP_NOTSENT_LOWAT_BYTES: u32 = 16 * 1024;
+
 /// Everything the edge needs to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -36,6 +40,12 @@ pub struct EdgeConfig {
     pub initial_window: Option<u32>,
     /// Kernel TCP congestion control (None: the system default).
     pub tcp_cc: Option<TcpCc>,
+    /// `TCP_NOTSENT_LOWAT` of every accepted TCP connection, bytes: how much not-yet-sent data the
+    /// kernel may hold in the socket (None or 0: the system's, unlimited by default). Small values keep
+    /// HTTP/2's responses in hyper's per-stream queues, where they are interleaved frame by frame,
+    /// instead of in one FIFO socket buffer behind a large response (docs/flexhttp.md, "HTTP/2 on
+    /// the demo's WiFi").
+    pub tcp_notsent_lowat_bytes: Option<u32>,
     /// TCP WISE's Cwnd Table (docs/tcpwise.md): the initial window per client cluster
     /// and hour, for TCP and QUIC; reloaded when the file changes.
     pub cwnd_table: Option<PathBuf>,
@@ -62,6 +72,9 @@ pub struct EdgeConfig {
     /// Limits and timeouts against slow or hostile clients (the `[limits]` table;
     /// docs/edge.md "Limits").
     pub limits: crate::limits::Limits,
+    /// The control plane this edge uploads its records to and polls its policies from
+    /// (the `[control]` table; docs/control.md, "Native upload and polling").
+    pub control: Option<gearbox_dataplane::control::ControlConfig>,
 }
 
 impl Default for EdgeConfig {
@@ -76,6 +89,7 @@ impl Default for EdgeConfig {
             congestion: gearbox_cc::CcConfig::default(),
             initial_window: None,
             tcp_cc: None,
+            tcp_notsent_lowat_bytes: Some(DEFAULT_TCP_NOTSENT_LOWAT_BYTES),
             cwnd_table: None,
             max_bytes: DEFAULT_MAX_BYTES,
             static_dir: None,
@@ -87,6 +101,7 @@ impl Default for EdgeConfig {
             tcp_processing_ms: 0,
             quic_processing_ms: 0,
             limits: crate::limits::Limits::default(),
+            control: None,
         }
     }
 }
@@ -125,6 +140,7 @@ impl EdgeConfig {
         if self.max_bytes == 0 {
             return invalid("max_bytes", "must be at least 1".into());
         }
+
         if let Some(p) = self.initial_window {
             if let Err(e) = gearbox_cc::config::initial_window_bytes(p) {
                 return invalid("initial_window", e.reason);

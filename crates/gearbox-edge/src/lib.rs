@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub mod config;
+pub mod control;
 pub mod floo;
 pub mod h3_ack;
 pub mod limits;
@@ -74,6 +75,9 @@ pub enum EdgeError {
     /// The Cwnd Table cannot be used.
     #[error("--cwnd-table {0}")]
     CwndTable(#[from] gearbox_gears::tcpwise::TableError),
+    /// The control plane's settings, spool or policies folder cannot be used.
+    #[error(transparent)]
+    Control(#[from] gearbox_dataplane::control::ControlError),
     /// The telemetry file cannot be opened.
     #[error("cannot open telemetry file {path}: {source}")]
     Telemetry {
@@ -204,6 +208,8 @@ pub struct Edge {
     tcp: tokio::net::TcpListener,
     quic: quinn::Endpoint,
     admin: Option<tokio::net::TcpListener>,
+    /// The control plane's policy poller, with `[control].policies`.
+    poller: Option<gearbox_dataplane::control::PolicyPoller>,
 }
 
 impl Edge {
@@ -227,9 +233,9 @@ impl Edge {
             .await
             .map_err(|e| bind_error("TCP", config.listen, &e))?;
         let tcp_addr = tcp.local_addr().map_err(|e| bind_error("TCP", config.listen, &e))?;
-        let tcp_iw = match &config.cwnd_table {
+        let tcp_iw = match control::cwnd_table(&config) {
             Some(path) => {
-                let t = tcpwise::TcpWise::start(path.clone(), &tcp)?;
+                let t = control::start_tcpwise(&config, path, &tcp)?;
                 gears.set_initial_window(Box::new(gearbox_gears::tcpwise::TcpWiseGear::new(
                     t.table(),
                     gearbox_dataplane::telemetry::unix_ms_now().to_bits(),
@@ -251,13 +257,15 @@ impl Edge {
             ),
             None => None,
         };
-        let telemetry = match &config.telemetry {
-            Some(p) => TelemetrySink::to_file(p).map_err(|source| EdgeError::Telemetry {
+        let telemetry = match (&config.telemetry, &config.control) {
+            (Some(p), None) => TelemetrySink::to_file(p).map_err(|source| EdgeError::Telemetry {
                 path: p.clone(),
                 source,
             })?,
-            None => TelemetrySink::disabled(),
+            (None, None) => TelemetrySink::disabled(),
+            (file, Some(c)) => TelemetrySink::open(file.as_deref(), Some(c))?,
         };
+        let poller = control::poller(&config, tcp_iw.clone())?;
         let proxy = config
             .upstream
             .as_deref()
@@ -307,6 +315,7 @@ impl Edge {
             tcp,
             quic,
             admin,
+            poller,
         })
     }
 
@@ -323,6 +332,12 @@ impl Edge {
     /// The admin (`/metrics`) address, if any.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|a| a.local_addr().ok())
+    }
+
+    /// The control plane's policy poller (with `[control].policies`), to which a gear
+    /// built outside the edge (Floo's, by `gearbox edge`) adds its loader before serving.
+    pub fn policies(&mut self) -> Option<&mut gearbox_dataplane::control::PolicyPoller> {
+        self.poller.as_mut()
     }
 
     /// The edge's counters.
@@ -345,7 +360,9 @@ impl Edge {
             tcp,
             quic,
             admin,
+            poller,
         } = self;
+        let poll_task = poller.map(gearbox_dataplane::control::PolicyPoller::spawn);
         let tcp_task = tokio::spawn(tcp::accept_loop(shared.clone(), tcp, cancel.clone()));
         let quic_task = tokio::spawn(quic::accept_loop(shared.clone(), quic.clone(), cancel.clone()));
         let floo_task = shared
@@ -381,7 +398,10 @@ impl Edge {
         if let Some(t) = admin_task {
             let _ = t.await;
         }
-        shared.telemetry.flush().await;
+        if let Some(t) = poll_task {
+            t.abort();
+        }
+        shared.telemetry.finish().await;
     }
 }
 

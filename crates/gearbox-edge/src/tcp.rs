@@ -69,6 +69,27 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
     }
 }
 
+/// Sets `TCP_NOTSENT_LOWAT` (tcp(7)): the socket reports writable only while less than `bytes`
+/// of its data is not yet sent, so the HTTP/2 layer, not the kernel's FIFO, holds the queue.
+fn set_notsent_lowat(stream: &impl std::os::fd::AsRawFd, bytes: u32) -> std::io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt(2) on a socket we own, with a pointer to a c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn refusal_record(id: u64, peer: SocketAddr, hit: Hit) -> EdgeRecord {
     EdgeRecord {
         error: Some(hit.name().to_string()),
@@ -110,6 +131,11 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         .as_ref()
         .and_then(|k| k.tcp_draw(&sref, accepted.cluster.hour));
     let _ = socket.set_tcp_nodelay(true);
+    if let Some(lowat) = shared.config.tcp_notsent_lowat_bytes.filter(|&b| b > 0) {
+        if let Err(e) = set_notsent_lowat(&*socket, lowat) {
+            tracing::warn!(lowat, error = %e, "cannot set TCP_NOTSENT_LOWAT; keeping the system's");
+        }
+    }
     let stream = match SharedSocket::new(socket.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -472,5 +498,41 @@ impl tokio::io::AsyncWrite for SharedSocket {
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(self.0.get_ref().shutdown(std::net::Shutdown::Write))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd as _;
+
+    use super::set_notsent_lowat;
+
+    fn notsent_lowat(stream: &tokio::net::TcpStream) -> libc::c_int {
+        let mut value: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) into a c_int we own, with its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                std::ptr::from_mut(&mut value).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+        value
+    }
+
+    #[tokio::test]
+    async fn an_accepted_connection_gets_the_configured_unsent_limit() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        set_notsent_lowat(&accepted, 16 * 1024).unwrap();
+        assert_eq!(notsent_lowat(&accepted), 16 * 1024);
+        set_notsent_lowat(&accepted, u32::MAX).unwrap();
+        assert_eq!(notsent_lowat(&accepted), libc::c_int::MAX);
     }
 }

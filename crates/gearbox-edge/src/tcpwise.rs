@@ -50,6 +50,12 @@ impl TcpWise {
     /// kernel's default window).
     pub fn start(path: PathBuf, listener: &tokio::net::TcpListener) -> Result<Arc<TcpWise>, TableError> {
         let table = CwndTable::load(&path)?;
+        Ok(Self::start_with(path, table, listener))
+    }
+
+    /// As [`TcpWise::start`], with `table` until the file at `path` appears or changes (a
+    /// policies folder with no Cwnd Table yet: crate::control).
+    pub fn start_with(path: PathBuf, table: CwndTable, listener: &tokio::net::TcpListener) -> Arc<TcpWise> {
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
         let kernel = match IwProgram::attach(listener, port) {
             Ok(p) => Some(p),
@@ -68,7 +74,15 @@ impl TcpWise {
         });
         me.fill_kernel(hour_now());
         tracing::info!(table = %me.path.display(), version = me.table.get().version, "TCP WISE Cwnd Table loaded");
-        Ok(me)
+        me
+    }
+
+    /// Swaps in a new table now (a policy pulled from the control plane), the kernel's
+    /// maps included.
+    pub fn swap(&self, table: CwndTable) {
+        tracing::info!(version = table.version, "TCP WISE Cwnd Table swapped");
+        self.table.set(table);
+        self.fill_kernel(hour_now());
     }
 
     /// The table the QUIC gear draws from.

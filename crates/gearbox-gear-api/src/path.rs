@@ -92,6 +92,24 @@ impl PathState {
         }
     }
 
+    /// The window of the download on this path as the client can estimate it, bytes:
+    /// the larger of the connection's congestion window and the bandwidth-delay product
+    /// of the measured delivery rate and the sRTT. The client's own window tracks what
+    /// the client sends (requests, a few kB), not the responses, so once the path has
+    /// delivered a rate sample the BDP is what says how much response data the path
+    /// carries per round (BBR's window target); before that, the initial window, which
+    /// both ends start with. `None` when neither is known.
+    pub fn window_bytes(&self) -> Option<u64> {
+        let bdp = match (self.delivery_rate_bps, self.srtt_ms) {
+            (Some(rate), Some(rtt)) if rate > 0 && rtt > 0.0 => Some((rate as f64 * rtt / 1e3 / 8.0) as u64),
+            _ => None,
+        };
+        match (self.cwnd_bytes, bdp) {
+            (Some(c), Some(b)) => Some(c.max(b)),
+            (c, b) => c.or(b),
+        }
+    }
+
     /// Spread of the recent sRTT samples (largest minus smallest), milliseconds: the RTT
     /// deviation the ECF and BLEST rules add as their margin δ (0 with fewer than two).
     pub fn rtt_spread_ms(&self) -> f64 {
@@ -115,4 +133,26 @@ pub trait PathGear: Send {
 
     /// A request finished; `record.local_addr` names the path it took.
     fn observe(&mut self, record: &ClientRecord, now: Instant);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_download_window_is_the_larger_of_cwnd_and_the_measured_bdp() {
+        let mut p = PathState {
+            cwnd_bytes: Some(12_000),
+            srtt_ms: Some(40.0),
+            ..PathState::default()
+        };
+        assert_eq!(p.window_bytes(), Some(12_000));
+        // 20 Mbit/s x 40 ms = 100 kB.
+        p.delivery_rate_bps = Some(20_000_000);
+        assert_eq!(p.window_bytes(), Some(100_000));
+        p.cwnd_bytes = None;
+        assert_eq!(p.window_bytes(), Some(100_000));
+        p.srtt_ms = None;
+        assert_eq!(p.window_bytes(), None);
+    }
 }

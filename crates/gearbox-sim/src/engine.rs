@@ -108,9 +108,17 @@ pub(crate) struct ClientConn {
 }
 
 impl ClientConn {
-    /// quinn's statistics of the connection.
-    pub(crate) fn stats(&self) -> quinn_proto::ConnectionStats {
-        self.conn.stats()
+    /// A reading of its statistics for a path monitor.
+    pub(crate) fn sample(&self) -> gearbox_gear_api::PathSample {
+        let s = self.conn.stats();
+        gearbox_gear_api::PathSample {
+            srtt_ms: s.path.rtt.as_secs_f64() * 1e3,
+            min_rtt_ms: s.path.min_rtt.as_secs_f64() * 1e3,
+            cwnd_bytes: s.path.cwnd,
+            sent_packets: s.path.sent_packets,
+            lost_packets: s.path.lost_packets,
+            rx_bytes: s.udp_rx.bytes,
+        }
     }
 
     /// Whether its handshake finished and it is still open.
@@ -244,6 +252,9 @@ pub(crate) struct Sim {
     pub(crate) completed: usize,
     /// A page load's dependency graph ([`crate::PageLoad`]); None for a workload run.
     pub(crate) graph: Option<crate::page::Graph>,
+    /// A page load's completed streams not yet handed to its path monitors: when, which
+    /// object, and its path's statistics then.
+    pub(crate) completions: Vec<(Instant, usize, gearbox_gear_api::PathSample)>,
     cc_name: String,
     buf: Vec<u8>,
     /// Records already handed out by [`Session::take_records`].
@@ -565,6 +576,7 @@ impl Sim {
             taken: 0,
             period_rcts: HashMap::new(),
             graph: None,
+            completions: Vec::new(),
         })
     }
 
@@ -980,6 +992,11 @@ impl Sim {
             progress = true;
             if let Some(g) = self.graph.as_mut() {
                 g.completed(i, self.now, &mut self.pending);
+                // The client reads the path's statistics as each response completes
+                // (gearbox-client's multipath load does): the page load's monitors
+                // replay these readings in order.
+                let sample = self.clients[self.pending[i].conn].sample();
+                self.completions.push((self.instant(), i, sample));
             }
         }
         progress

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use gearbox_gear_api::{PathGear, PathMonitor, PathRequest, PathSample, PathState};
+use gearbox_gear_api::{PathGear, PathMonitor, PathRequest, PathState};
 use gearbox_workload::{request_bytes_for_get, ObjectKind, Page, Request};
 
 use crate::engine::{Pending, Sim};
@@ -141,8 +141,6 @@ pub struct PageLoad {
     sim: Sim,
     limit: Duration,
     monitors: Vec<PathMonitor>,
-    /// Objects whose stream the monitors counted as ended.
-    ended: Vec<bool>,
     sizes: Vec<u64>,
     kinds: Vec<ObjectKind>,
     urls: Vec<String>,
@@ -180,7 +178,6 @@ impl PageLoad {
             monitors: (0..sim.paths.len())
                 .map(|p| PathMonitor::new(p, crate::engine::client_ip(p).to_string()))
                 .collect(),
-            ended: vec![false; page.objects.len()],
             limit: Duration::from_secs_f64(config.time_limit_s()),
             sizes: page.objects.iter().map(|o| o.size_bytes).collect(),
             kinds: page.objects.iter().map(|o| o.kind).collect(),
@@ -297,38 +294,25 @@ impl PageLoad {
         self.sim.records().to_vec()
     }
 
-    /// Every path's state now: the streams that ended since the previous decision are
-    /// taken off their paths, and each connected path's statistics are read.
+    /// Every path's state now: the readings taken as streams completed since the
+    /// previous decision are replayed (each stream taken off its path, then the reading),
+    /// then each connected path's statistics are read, as the client does before a
+    /// request.
     fn observe(&mut self) -> Vec<PathState> {
-        let instant = self.sim.instant();
-        let g = self.sim.graph.as_ref().expect("a page load has a graph");
-        for (i, ended) in self.ended.iter_mut().enumerate() {
-            if !*ended && g.done_at[i].is_some() {
-                *ended = true;
-                if let Some(p) = g.path[i] {
-                    self.monitors[p].stream_ended(self.sizes[i]);
-                }
+        for (at, i, sample) in std::mem::take(&mut self.sim.completions) {
+            if let Some(p) = self.sim.graph.as_ref().and_then(|g| g.path[i]) {
+                self.monitors[p].stream_ended(self.sizes[i]);
+                self.monitors[p].observe(at, sample);
             }
         }
+        let instant = self.sim.instant();
         for m in &mut self.monitors {
             let Some(c) = self.sim.path_conn[m.index].map(|c| &self.sim.clients[c]) else {
                 continue;
             };
-            if !c.is_connected() {
-                continue;
+            if c.is_connected() {
+                m.observe(instant, c.sample());
             }
-            let s = c.stats();
-            m.observe(
-                instant,
-                PathSample {
-                    srtt_ms: s.path.rtt.as_secs_f64() * 1e3,
-                    min_rtt_ms: s.path.min_rtt.as_secs_f64() * 1e3,
-                    cwnd_bytes: s.path.cwnd,
-                    sent_packets: s.path.sent_packets,
-                    lost_packets: s.path.lost_packets,
-                    rx_bytes: s.udp_rx.bytes,
-                },
-            );
         }
         self.monitors.iter().map(PathMonitor::state).collect()
     }

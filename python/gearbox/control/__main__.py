@@ -9,6 +9,7 @@
     gearbox control agent --spool DIR [--tail FILE]... [--policies DIR]   # an edge's or client's side
     gearbox control openapi                 # the API's OpenAPI schema (JSON)
     gearbox control bench [--records N]     # = gearbox bench control: figures, not a test
+    gearbox control loop [--out DIR]        # the closed loop with a native edge and client (checks, figures)
 
 The policy commands talk to a running service: --url (or $GEARBOX_CONTROL_URL), --token (or
 $GEARBOX_CONTROL_TOKEN, a learner or admin token) and --cafile (or $GEARBOX_CONTROL_CA, the
@@ -82,11 +83,15 @@ def _parser() -> argparse.ArgumentParser:
     remote(ag)
 
     sub.add_parser("openapi", help="print the API's OpenAPI schema (JSON)")
+    sub.add_parser("loop", help="the closed loop with a native edge and client: checks and figures (docs/control.md)")
     b = sub.add_parser("bench", help="ingestion and poll rates, memory (gearbox bench control)")
     b.add_argument("--records", type=int, default=200_000, help="records to ingest per store")
     b.add_argument("--pollers", type=int, default=1000)
     b.add_argument("--polls", type=int, default=5, help="polls per poller")
     b.add_argument("--no-postgres", action="store_true", help="embedded store only")
+    b.add_argument(
+        "--native-records", type=int, default=50_000, help="records in the spool the Rust uploader drains (0: skip)"
+    )
     return p
 
 
@@ -150,6 +155,11 @@ def _policy(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["loop"]:
+        from gearbox.control.loop import main as loop_main
+
+        return loop_main(argv[1:])
     args = _parser().parse_args(argv)
     from gearbox.control import policy as pol
     from gearbox.control.config import Config, ConfigError, load
@@ -201,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "bench":
             from gearbox.control.bench import run_bench
 
-            run_bench(args.records, args.pollers, args.polls, not args.no_postgres)
+            run_bench(args.records, args.pollers, args.polls, not args.no_postgres, args.native_records)
     except (ConfigError, StoreError, CommandError, pol.PolicyError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,11 @@ For each store (embedded; PostgreSQL in a throw-away server unless --no-postgres
 - polls: `--pollers` simulated pollers (each with its own edge token), `--polls` polls each, 64 in
   flight at once over keep-alive connections, every poll after the first with its ETag (304);
 - memory: the service's peak resident set (VmHWM) after each phase, and PostgreSQL's resident
-  memory (all its processes) at the end.
+  memory (all its processes) at the end;
+- the native uploader (docs/control.md, "Native upload and polling"): a spool of `--native-records`
+  client records in sealed batches of 1,000, as a `gearbox` process leaves it after an outage,
+  drained by `gearbox get --control ...` (the Rust uploader: one TLS connection per batch, batches
+  in order); records stored per second of the process's wall time.
 """
 
 from __future__ import annotations
@@ -261,7 +265,47 @@ def _push_policy(svc: _Service, root: Path) -> None:
         h.post(f"{svc.url}/v1/policies/tcpwise/activate", json={"version": 1}).raise_for_status()
 
 
-def run_bench(records: int, pollers: int, polls: int, with_postgres: bool) -> None:
+def _peer_records(svc: _Service, name: str) -> int:
+    with httpx.Client(
+        verify=_ssl_context(svc.cert), timeout=60, headers={"Authorization": f"Bearer {svc.admin_token}"}
+    ) as h:
+        peers = h.get(f"{svc.url}/v1/peers").json()["peers"]
+    return sum(int(p.get("records") or 0) for p in peers if p["name"] == name)
+
+
+def _native_drain(svc: _Service, root: Path, records: int) -> str:
+    """The Rust uploader draining a spool of `records` records; a line of figures."""
+    from gearbox.lab.environment import LabError, find_gearbox
+
+    try:
+        gearbox = find_gearbox()
+    except LabError as e:
+        return f"native uploader: not measured ({e})"
+    spool = root / "native-spool"
+    spool.mkdir()
+    for seq, start in enumerate(range(0, records, BATCH), start=1):
+        lines = (json.dumps(_record(i), separators=(",", ":")) for i in range(start, min(records, start + BATCH)))
+        (spool / f"{seq:012d}-{uuid.uuid4().hex}.batch.jsonl").write_text("\n".join(lines) + "\n")
+    before = _peer_records(svc, "bench-client")
+    t0 = time.perf_counter()
+    # The request itself fails at once (nothing listens on port 9); the process then sends its
+    # spool before it exits (for up to 5 s, its final_upload_ms).
+    subprocess.run(
+        [str(gearbox), "get", "https://127.0.0.1:9/", "--control", svc.url, "--token", svc.client_token]
+        + ["--control-ca", str(svc.cert), "--spool", str(spool)],
+        capture_output=True,
+        timeout=120,
+    )
+    wall = time.perf_counter() - t0
+    stored = _peer_records(svc, "bench-client") - before
+    left = len(list(spool.glob("*.batch.jsonl")))
+    return (
+        f"native uploader: {stored / wall:,.0f} records/s ({stored} of {records} + 1 stored in {wall:.2f} s "
+        f"by one `gearbox get`, {left} batches left in its spool)"
+    )
+
+
+def run_bench(records: int, pollers: int, polls: int, with_postgres: bool, native_records: int = 50_000) -> None:
     print(
         f"gearbox bench control: {records} records in batches of {BATCH} by {SENDERS} uploaders; "
         f"{pollers} pollers x {polls} polls, {IN_FLIGHT} in flight; {os.cpu_count()} CPUs"
@@ -294,6 +338,7 @@ def run_bench(records: int, pollers: int, polls: int, with_postgres: bool) -> No
                     cpu_poll = _cpu_s(svc.proc.pid) - cpu0
                     rss_poll = _rss_kib(svc.proc.pid, "VmHWM")
                     pg_rss = sum(_rss_kib(p, "VmRSS") for p in pg.server_pids()) if kind == "pg" and pg else 0
+                    native = _native_drain(svc, root, native_records) if native_records > 0 else ""
                 finally:
                     svc.stop()
                 lost = records - stored
@@ -305,6 +350,8 @@ def run_bench(records: int, pollers: int, polls: int, with_postgres: bool) -> No
                     f"{cpu_poll / (n200 + n304) * 1e6:.0f} us/poll); service peak RSS "
                     f"{rss_ingest / 1024:.0f} MiB after ingestion, {rss_poll / 1024:.0f} MiB after polls" + pg_note
                 )
+                if native:
+                    print(f"{label:>10}: {native}")
     finally:
         if pg is not None:
             pg.stop()

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from gearbox.sailfish.a2c import A2CConfig
 from gearbox.sailfish.scenarios import TEST_PAGE_SEED_START, sample_pairs
 
 TRAIN_PAIR_SEED = 20261126
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-pages", type=int, default=5000, help="training pages (page seeds 0..N-1)")
     ap.add_argument("--seed", type=int, default=1, help="the learner's seed")
     ap.add_argument("--max-minutes", type=float, default=None, help="stop after this much wall time")
+    defaults = A2CConfig()
+    ap.add_argument("--actor-lr", type=float, default=defaults.actor_lr, help="SAILfish §5.1.2: 1e-4")
+    ap.add_argument("--critic-lr", type=float, default=defaults.critic_lr, help="SAILfish §5.1.2: 1e-3")
+    ap.add_argument("--entropy-start", type=float, default=defaults.entropy_start, help="SAILfish §5.1.2: 10")
+    ap.add_argument("--entropy-end", type=float, default=defaults.entropy_end)
+    ap.add_argument("--episodes-per-update", type=int, default=defaults.episodes_per_update)
     ap.add_argument("--out", type=Path, default=Path("models/sailfish"))
     args = ap.parse_args(argv)
     if args.epochs < 1:
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gearbox.floo.export import export_actor
     from gearbox.models.sidecar import sha256_file
-    from gearbox.sailfish.a2c import A2CConfig, train
+    from gearbox.sailfish.a2c import train
     from gearbox.sim.paths import PathSchedulingEnv, feature_names
 
     pairs = sample_pairs(args.pairs_per_class, args.pair_seed, prefix="train")
@@ -107,7 +114,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         return deadline is None or time.monotonic() < deadline
 
-    result = train(env, A2CConfig(), args.epochs, args.seed, on_update=report)
+    config = A2CConfig(
+        actor_lr=args.actor_lr,
+        critic_lr=args.critic_lr,
+        entropy_start=args.entropy_start,
+        entropy_end=args.entropy_end,
+        episodes_per_update=args.episodes_per_update,
+    )
+    try:
+        config.check()
+    except ValueError as e:
+        ap.error(str(e))
+    result = train(env, config, args.epochs, args.seed, on_update=report)
     result.save(args.out / "a2c.npz")
     (args.out / "history.json").write_text(json.dumps(result.history) + "\n")
     plot(result.history, args.out)

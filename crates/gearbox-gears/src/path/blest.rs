@@ -18,7 +18,8 @@
 //! stream itself, so the window the stream must fit is "what `f` delivers within one
 //! round of `s`": if `X · λ ≥` the response bytes already in flight on `f` plus the
 //! stream's expected size, the stream would arrive no later by waiting behind `f`, so
-//! it is queued on `f`; otherwise it goes on `s`. Windows are in bytes, so
+//! it is queued on `f`; otherwise it goes on `s`. Windows are in bytes (`cwnd_f` is
+//! [`PathState::window_bytes`], on the client the BDP of `f`'s measured delivery rate), so
 //! `X = (cwnd_f + MSS · (rtts − 1) / 2) · rtts` with MSS 1200 bytes (QUIC's minimum
 //! datagram, quinn's initial MTU). `λ` stays at 1: the client sees no receive-window
 //! blocking to adapt it by. "Room" is [`super::has_room`]; with more than two paths,
@@ -67,7 +68,7 @@ impl PathGear for Blest {
             return Decision::new(f, format!("blest:no-other-room:{}", fast.index));
         };
         let slow = &paths[s];
-        let (Some(rtt_f), Some(rtt_s), Some(cwnd_f)) = (fast.srtt_ms, slow.srtt_ms, fast.cwnd_bytes) else {
+        let (Some(rtt_f), Some(rtt_s), Some(cwnd_f)) = (fast.srtt_ms, slow.srtt_ms, fast.window_bytes()) else {
             return Decision::new(s, format!("blest:slow-unmeasured:{}", slow.index));
         };
         let x = Blest::fast_bytes_in_slow_round(cwnd_f as f64, rtt_f, rtt_s);

@@ -19,7 +19,8 @@
 //! scheduler cannot hold a stream back, and the stream then goes out as soon as `f`
 //! has room); `k` is the response bytes already in flight on the path plus the new
 //! stream's expected size (each path's own queue: `f`'s in `n`, `s`'s in the slow
-//! estimate); windows are the paths' congestion windows in bytes; `σ` is the spread
+//! estimate); windows are the paths' download windows in bytes
+//! ([`PathState::window_bytes`]: on the client, the BDP of the measured delivery rate); `σ` is the spread
 //! of the path's recent sRTT samples ([`PathState::rtt_spread_ms`]). "Room" is
 //! [`super::has_room`]. With more than two paths, `s` is the lowest-sRTT path other
 //! than `f` that has room; with none, the stream goes on `f`.
@@ -52,7 +53,7 @@ impl PathGear for Ecf {
         };
         let slow = &paths[s];
         let (Some(rtt_f), Some(rtt_s), Some(cwnd_f), Some(cwnd_s)) =
-            (fast.srtt_ms, slow.srtt_ms, fast.cwnd_bytes, slow.cwnd_bytes)
+            (fast.srtt_ms, slow.srtt_ms, fast.window_bytes(), slow.window_bytes())
         else {
             // Nothing measured on the other path: it has room and is what ECF falls
             // back to when waiting is not shown to pay.

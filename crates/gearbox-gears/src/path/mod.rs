@@ -61,10 +61,11 @@ pub fn scheduler(name: &str) -> Result<Box<dyn PathGear>, UnknownScheduler> {
 }
 
 /// Whether a path can take one more stream at once: the response bytes already in
-/// flight on it fit in one congestion window (the stream analogue of MPTCP's "the
-/// subflow's window is not full"). A path with no window known yet has room.
+/// flight on it fit in one window of the download ([`PathState::window_bytes`]; the
+/// stream analogue of MPTCP's "the subflow's window is not full"). A path with no
+/// window known yet has room.
 pub(crate) fn has_room(path: &PathState) -> bool {
-    path.cwnd_bytes.is_none_or(|cwnd| path.bytes_in_flight < cwnd)
+    path.window_bytes().is_none_or(|window| path.bytes_in_flight < window)
 }
 
 /// sRTT for ordering, milliseconds: unknown sorts last.

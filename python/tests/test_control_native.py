@@ -1,0 +1,296 @@
+"""The data plane's native control plane support (docs/control.md, "Native upload and polling"):
+`gearbox edge --control URL --token T` and `gearbox load --control ...` spool and upload their
+records themselves, and the edge polls its Cwnd Table from the registry, with no agent beside
+them.
+
+- the kill test, native: an edge and a client upload while the control plane is SIGKILLed twice and
+  restarted; every record each wrote to its file is stored exactly once;
+- policies: a table pushed during the run is swapped into the running edge; a corrupt artifact (the
+  stored bytes damaged) and a table that does not parse are refused with the running one kept; an
+  edge restarted while the control plane is down starts from the copy on disk, and what it records
+  meanwhile is uploaded once the control plane is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from control_support import Control, control_plane, make_cert, store_spec
+from control_support import postgres as postgres  # noqa: F401 (fixture)
+from support import REPO, free_port, stop, wait_until_listening
+from test_control import STORES, TABLE, _activate, _push, policy_dir
+
+import gearbox
+from gearbox.control.client import wait_for
+
+
+def control_flags(control: Control, role: str, spool: Path) -> list[str]:
+    return [
+        "--control",
+        control.url,
+        "--token",
+        control.tokens[role],
+        "--control-ca",
+        str(control.cert),
+        "--spool",
+        str(spool),
+    ]
+
+
+def start_edge(gearbox_bin: Path, control: Control, root: Path, name: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    log_path = root / f"{name}.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [str(gearbox_bin), "--log", "info", "edge", "--listen", f"127.0.0.1:{port}"]
+            + ["--cert", str(control.cert), "--key", str(control.directory / "key.pem")]
+            + ["--telemetry", str(root / "edge.jsonl")]
+            + control_flags(control, "edge", root / "edge-spool")
+            + list(extra),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    wait_until_listening(proc, port, log_path)
+    return proc, port
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def stored(control: Control) -> list[dict]:
+    with control.http("admin") as admin:
+        return [json.loads(line) for line in admin.get("/v1/telemetry").text.splitlines()]
+
+
+def key(r: dict) -> str:
+    return json.dumps(r, sort_keys=True)
+
+
+def spooled_batches(spool: Path) -> int:
+    return len(list(spool.glob("*.batch.jsonl"))) if spool.exists() else 0
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_native_edge_and_client_upload_while_the_control_plane_is_killed_every_record_stored_once(
+    kind: str, request: pytest.FixtureRequest, gearbox_bin: Path, tmp_path: Path
+) -> None:
+    control = control_plane(tmp_path / "control", store_spec(kind, request))
+    edge, port = start_edge(gearbox_bin, control, tmp_path, "edge", "--batch-records", "20")
+    client_jsonl, client_spool = tmp_path / "client.jsonl", tmp_path / "client-spool"
+    halt = threading.Event()
+    runs: list[subprocess.CompletedProcess] = []
+
+    def load_forever() -> None:
+        # One `gearbox load` after another on the same spool: a run that ends while the control
+        # plane is down leaves its batches for the next.
+        while not halt.is_set():
+            runs.append(
+                subprocess.run(
+                    [str(gearbox_bin), "--log", "info", "load", "--workload", "feed", "--requests", "40"]
+                    + ["--target", f"https://127.0.0.1:{port}", "--ca", str(control.cert), "--time-scale", "0.05"]
+                    + ["--telemetry", str(client_jsonl), "--batch-records", "20"]
+                    + control_flags(control, "client", client_spool),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+            )
+
+    loader = threading.Thread(target=load_forever)
+    try:
+        loader.start()
+        for _ in range(2):
+            # Kill the service while batches are going through.
+            base = len(stored(control))
+            assert wait_for(lambda b=base: len(stored(control)) > b + 60, 90), (tmp_path / "edge.log").read_text()
+            control.kill()
+            time.sleep(1.5)  # both sides spool meanwhile
+            control.start()
+        assert wait_for(lambda: len(runs) >= 3, 120)
+        halt.set()
+        loader.join(timeout=180)
+        assert not loader.is_alive()
+        stop(edge)  # SIGTERM: the edge seals its last batch and sends it before it exits
+        bad = [r for r in runs if r.returncode != 0]
+        assert not bad, bad[0].stderr
+        # The last client run exited with the service up: its spool is empty.
+        assert spooled_batches(client_spool) == 0 and spooled_batches(tmp_path / "edge-spool") == 0
+        written_edge, written_client = lines(tmp_path / "edge.jsonl"), lines(client_jsonl)
+        assert len(written_edge) >= 120 and len(written_client) >= 120
+        got = stored(control)
+        assert Counter(key(r) for r in got if r["side"] == "edge") == Counter(key(r) for r in written_edge)
+        assert Counter(key(r) for r in got if r["side"] == "client") == Counter(key(r) for r in written_client)
+        # The kills did cut uploads: both sides saw the service unreachable and retried.
+        assert "upload failed" in (tmp_path / "edge.log").read_text()
+        assert any("upload failed" in r.stderr or "left in the spool" in r.stderr for r in runs)
+    finally:
+        halt.set()
+        loader.join(timeout=180)
+        stop(edge)
+        control.stop()
+
+
+def test_native_edge_swaps_a_pushed_table_refuses_corrupt_ones_and_restarts_from_the_copy_on_disk(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    control = control_plane(tmp_path / "control", "store")
+    policies = tmp_path / "policies"
+    current = policies / "tcpwise" / "current"
+    edge = None
+    try:
+        edge, port = start_edge(gearbox_bin, control, tmp_path, "edge", "--policies", str(policies), "--poll-s", "0.2")
+        origin = f"https://127.0.0.1:{port}"
+
+        def fetch() -> list[int] | None:
+            # A new client: a new QUIC connection, which takes the table's window at accept.
+            before = len(lines(tmp_path / "edge.jsonl"))
+            with gearbox.Client(ca=str(control.cert)) as c:
+                c.get(f"{origin}/bytes/2000", transport="quic")
+
+            def served() -> list[dict]:
+                return [r for r in lines(tmp_path / "edge.jsonl")[before:] if r.get("path") == "/bytes/2000"]
+
+            assert wait_for(lambda: served() != [], 30)
+            return (served()[-1].get("iw") or {}).get("iw_set")
+
+        # No table yet: the default window.
+        assert fetch() is None
+        t1 = TABLE.replace("iw = [10, 15]", "iw = [20, 25]")
+        assert "iw = [20, 25]" in t1
+        assert _push(control, "tcpwise", policy_dir(tmp_path, "v1", t1), "--activate")[0] == 0
+        assert wait_for(lambda: fetch() == [20, 25], 60, every_s=0.3), (tmp_path / "edge.log").read_text()
+        assert os.readlink(current) == "v1"
+
+        # A corrupt artifact: v2's stored bytes damaged after the push. Refused, v1 stays.
+        v2 = policy_dir(tmp_path, "v2", t1.replace("iw = [20, 25]", "iw = [30, 35]"))
+        assert _push(control, "tcpwise", v2)[0] == 0
+        with control.http("admin") as admin:
+            sha2 = admin.get("/v1/policies/tcpwise/versions").json()["versions"][1]["sha256"]
+        blob = control.directory / "store" / "blobs" / sha2
+        blob.write_bytes(blob.read_bytes().replace(b"iw = [30, 35]", b"iw = [90, 95]"))
+        _activate(control, "tcpwise", 2)
+        log = tmp_path / "edge.log"
+        assert wait_for(lambda: "sha256 mismatch" in log.read_text(), 30), log.read_text()
+        # A table that does not parse (a window above its cap): the edge's loader refuses it.
+        v3 = policy_dir(tmp_path, "v3", t1.replace("iw = [20, 25]", "iw = [20, 2500]"))
+        assert _push(control, "tcpwise", v3, "--activate")[0] == 0
+        assert wait_for(lambda: "refused by the loader" in log.read_text(), 30), log.read_text()
+        assert os.readlink(current) == "v1" and not (policies / "tcpwise" / "v3").exists()
+        assert fetch() == [20, 25]
+        with control.http("admin") as admin:
+            peers = {p["name"]: p for p in admin.get("/v1/peers").json()["peers"]}
+        assert peers["edge"]["policies"] == {"tcpwise": 1}
+
+        # A good one during the run is swapped in.
+        v4 = policy_dir(tmp_path, "v4", t1.replace("iw = [20, 25]", "iw = [40, 45]"))
+        assert _push(control, "tcpwise", v4, "--activate")[0] == 0
+        assert wait_for(lambda: fetch() == [40, 45], 60, every_s=0.3), log.read_text()
+        assert os.readlink(current) == "v4"
+
+        # The control plane down: a restarted edge starts from the copy on disk, and spools.
+        stop(edge)
+        control.stop()
+        edge, port = start_edge(
+            gearbox_bin, control, tmp_path, "edge-2", "--policies", str(policies), "--poll-s", "0.2"
+        )
+        origin = f"https://127.0.0.1:{port}"
+        assert fetch() == [40, 45]
+        assert fetch() == [40, 45]
+        control.start()
+        stop(edge)
+        edge = None
+        written = lines(tmp_path / "edge.jsonl")
+        assert Counter(key(r) for r in stored(control) if r["side"] == "edge") == Counter(key(r) for r in written)
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()
+
+
+def test_native_control_flags_are_checked_before_the_edge_starts(gearbox_bin: Path, tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path)
+
+    def edge(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(gearbox_bin), "edge", "--listen", f"127.0.0.1:{free_port()}", "--cert", str(cert), "--key", str(key)]
+            + list(args),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    r = edge("--token", "x")
+    assert r.returncode != 0 and "--token needs --control URL" in r.stderr
+    r = edge("--control", "https://127.0.0.1:1", "--control-ca", "ca.pem")
+    assert r.returncode != 0 and "control: token" in r.stderr
+    r = edge("--control", "http://127.0.0.1:1", "--token", "t", "--control-ca", "ca.pem")
+    assert r.returncode != 0 and "HTTPS only" in r.stderr
+    r = subprocess.run(
+        [str(gearbox_bin), "get", "https://127.0.0.1:9/", "--control", "https://127.0.0.1:1", "--token", "t"]
+        + ["--control-ca", str(cert), "--policies", str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0 and "does not poll policies natively yet" in r.stderr
+    missing = tmp_path / "no-such-ca.pem"
+    r = edge("--control", "https://127.0.0.1:1", "--token", "t", "--control-ca", str(missing))
+    assert r.returncode != 0 and str(missing) in r.stderr
+
+
+def test_the_loop_scenario_stores_every_record_once_and_the_edge_takes_the_table_pushed_during_the_run(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """`gearbox control loop` (docs/control.md, "The loop scenario"), short."""
+    from gearbox.control.loop import run_loop
+
+    r = run_loop(tmp_path / "loop", duration_s=4.0, push_at_s=1.0, requests=10, poll_s=0.5, gearbox=gearbox_bin)
+    assert r["ok"], r
+    assert r["sides"]["edge"]["written"] > 0 and r["sides"]["client"]["written"] > 0
+    assert r["push_to_swap_ms"] is not None and r["push_to_first_use_ms"] is not None
+
+
+def test_native_edge_swaps_a_pushed_floo_model_and_refuses_one_that_does_not_load(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    control = control_plane(tmp_path / "control", "store")
+    policies = tmp_path / "policies"
+    current = policies / "floo" / "current"
+    floo = ["--gear", "floo", "--period-s", "0.5", "--policies", str(policies), "--poll-s", "0.2"]
+    edge = None
+    try:
+        edge, _ = start_edge(gearbox_bin, control, tmp_path, "edge", *floo)
+        log = tmp_path / "edge.log"
+        assert _push(control, "floo", REPO / "models" / "floo", "--activate")[0] == 0
+        assert wait_for(lambda: os.path.islink(current), 60), log.read_text()
+        assert os.readlink(current) == "v1" and "policy swapped" in log.read_text()
+        # A model that does not load (its policy file damaged; the sidecar still valid): refused.
+        broken = tmp_path / "floo-broken"
+        shutil.copytree(REPO / "models" / "floo", broken)
+        (broken / "policy.json").write_text('{"not": "a model"}')
+        assert _push(control, "floo", broken, "--activate")[0] == 0
+        assert wait_for(lambda: "refused by the loader" in log.read_text(), 60), log.read_text()
+        assert os.readlink(current) == "v1" and not (policies / "floo" / "v2").exists()
+        with control.http("admin") as admin:
+            peers = {p["name"]: p for p in admin.get("/v1/peers").json()["peers"]}
+        assert peers["edge"]["policies"] == {"floo": 1}
+        # Restarted while the control plane is down: Floo runs the copy on disk.
+        stop(edge)
+        control.stop()
+        edge, _ = start_edge(gearbox_bin, control, tmp_path, "edge-2", *floo)
+        assert wait_for(lambda: "policy poll failed" in (tmp_path / "edge-2.log").read_text(), 30)
+        assert "no usable model" not in (tmp_path / "edge-2.log").read_text()
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()
