@@ -32,6 +32,22 @@ fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# h2spec, the HTTP/2 conformance suite the edge's tests run (crates/gearbox-edge/tests/h2spec.rs),
+# is a Go module, not a Debian package: built with `go install` from the Go module proxy into
+# .tools/bin of this checkout, where the test finds it. Go itself from Debian if missing.
+H2SPEC_VERSION=v2.2.1+incompatible
+if [ ! -x .tools/bin/h2spec ]; then
+  if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+    echo "setup: installing Debian package golang-go (to build h2spec)"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+  fi
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  echo "setup: building h2spec $H2SPEC_VERSION into .tools/bin"
+  GOBIN="$PWD/.tools/bin" GOFLAGS=-mod=mod "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION"
+fi
+
 # Lighthouse for Speed Index in Chromium (docs/flexhttp.md), pinned exactly (12.x runs on Node 20;
 # 13.x needs Node 22) with its lock file, into the project-local tools/lighthouse.
 if [ "$(node -p "try{require('./tools/lighthouse/node_modules/lighthouse/package.json').version}catch(e){''}" 2>/dev/null)" != "12.2.3" ]; then

@@ -213,6 +213,44 @@ pub fn period_gear(a: &EdgeArgs, c: &EdgeConfig) -> anyhow::Result<Option<Period
     }))
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, as Go's runtime does for every
+/// Go server (caddy included): many systems start processes at 1,024 descriptors, and
+/// the edge holds one per TCP connection (QUIC connections share one UDP socket), so
+/// `limits.max_connections` = 10,000 needs more than 10,000. Warns when even the hard
+/// limit is short of that: connections past it are refused by the kernel (`EMFILE` at
+/// accept) rather than by the edge's own cap.
+fn raise_fd_limit(max_connections: u32) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the one struct passed.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur
+    };
+    let need = u64::from(max_connections) + 256;
+    if soft < need {
+        tracing::warn!(
+            nofile = soft,
+            need,
+            "RLIMIT_NOFILE is below what limits.max_connections needs (a descriptor per TCP connection); \
+             raise it (ulimit -n, LimitNOFILE=) or lower limits.max_connections"
+        );
+    }
+}
+
 /// Runs the edge until SIGINT/SIGTERM, then shuts down gracefully.
 pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
     let config = a.config()?;
@@ -230,6 +268,7 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    raise_fd_limit(config.limits.max_connections);
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async move {
         let mut gears = static_gears(&config);

@@ -42,6 +42,12 @@ pub struct Limits {
     /// Longest wait for the next piece of a request body, milliseconds (slowloris on
     /// the body); past it the answer is 408 and the stream or connection is closed.
     pub body_read_timeout_ms: u64,
+    /// Longest time a response may wait for the client to take its next piece,
+    /// milliseconds (a client that stops reading, or grants no flow-control credit, like
+    /// nginx's `send_timeout`). HTTP/1.1 and HTTP/2: the connection is closed once every
+    /// response on it has waited this long; HTTP/3: the stream is reset
+    /// (H3_REQUEST_CANCELLED).
+    pub send_timeout_ms: u64,
     /// HTTP/1.1: longest time for a request head to arrive once the edge waits for
     /// one, milliseconds (slowloris on the headers; it also bounds an idle
     /// keep-alive connection). hyper closes the connection at it.
@@ -87,6 +93,7 @@ impl Default for Limits {
             max_buffered_body_bytes: 1 << 20,
             body_memory_bytes: 64 << 20,
             body_read_timeout_ms: 30_000,
+            send_timeout_ms: 60_000,
             header_read_timeout_ms: 10_000,
             connection_idle_timeout_ms: 30_000,
             keep_alive_interval_ms: 10_000,
@@ -105,13 +112,14 @@ impl Limits {
     /// Checks values that parse but cannot work; errors name the field as
     /// `limits.NAME`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 16] = [
+        let positive: [(&'static str, u64); 17] = [
             ("limits.max_header_bytes", self.max_header_bytes.into()),
             ("limits.max_headers", self.max_headers.into()),
             ("limits.max_body_bytes", self.max_body_bytes),
             ("limits.max_buffered_body_bytes", self.max_buffered_body_bytes),
             ("limits.body_memory_bytes", self.body_memory_bytes),
             ("limits.body_read_timeout_ms", self.body_read_timeout_ms),
+            ("limits.send_timeout_ms", self.send_timeout_ms),
             ("limits.header_read_timeout_ms", self.header_read_timeout_ms),
             ("limits.connection_idle_timeout_ms", self.connection_idle_timeout_ms),
             ("limits.keep_alive_interval_ms", self.keep_alive_interval_ms),
@@ -182,6 +190,8 @@ pub enum Hit {
     BodyTimeout,
     /// HTTP/1.1 request head not complete within `header_read_timeout_ms`.
     HeaderTimeout,
+    /// The client took no response bytes for `send_timeout_ms`.
+    SendTimeout,
     /// No request in progress for `connection_idle_timeout_ms`.
     Idle,
     /// `max_connections` reached.
@@ -196,12 +206,13 @@ pub enum Hit {
 
 impl Hit {
     /// Every kind, in the order `/metrics` lists them.
-    pub const ALL: [Hit; 10] = [
+    pub const ALL: [Hit; 11] = [
         Hit::Headers,
         Hit::BodySize,
         Hit::BodyMemory,
         Hit::BodyTimeout,
         Hit::HeaderTimeout,
+        Hit::SendTimeout,
         Hit::Idle,
         Hit::Connections,
         Hit::ConnectionsPerIp,
@@ -217,6 +228,7 @@ impl Hit {
             Hit::BodyMemory => "body_memory",
             Hit::BodyTimeout => "body_read_timeout",
             Hit::HeaderTimeout => "header_read_timeout",
+            Hit::SendTimeout => "send_timeout",
             Hit::Idle => "idle_timeout",
             Hit::Connections => "connection_limit",
             Hit::ConnectionsPerIp => "connection_limit_per_ip",
@@ -338,12 +350,20 @@ impl BodyMemory {
 }
 
 /// Whether a connection has requests in progress, and since when it has had none:
-/// the clock of `connection_idle_timeout_ms`.
+/// the clock of `connection_idle_timeout_ms`. Also the clock of `send_timeout_ms`: how
+/// many responses hold a piece the client has not taken yet, and since when none was
+/// taken.
 #[derive(Debug)]
 pub struct Activity {
     in_progress: AtomicUsize,
     started: AtomicU64,
     idle_since: Mutex<Instant>,
+    /// Responses whose last piece is waiting for the transport (the client) to take it.
+    waiting_on_client: AtomicUsize,
+    /// When a piece was last handed out or taken, by any response.
+    sent_progress: Mutex<Instant>,
+    /// Set when `send_timeout_ms` closed the connection, for the records of its requests.
+    send_timed_out: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -353,7 +373,51 @@ impl Activity {
             in_progress: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             idle_since: Mutex::new(Instant::now()),
+            waiting_on_client: AtomicUsize::new(0),
+            sent_progress: Mutex::new(Instant::now()),
+            send_timed_out: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// A response produced a piece; the transport has yet to take it.
+    pub fn handed(&self) {
+        *self.sent_progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.waiting_on_client.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The transport took a response's last piece (asked for the next) or the response
+    /// ended.
+    pub fn taken(&self) {
+        *self.sent_progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.waiting_on_client.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Resolves once some response has waited `timeout` for the client with no response
+    /// on the connection making progress meanwhile.
+    pub async fn send_stalled(&self, timeout: Duration) {
+        loop {
+            let wait = if self.waiting_on_client.load(Ordering::Acquire) > 0 {
+                let since = *self.sent_progress.lock().unwrap_or_else(|p| p.into_inner());
+                match timeout.checked_sub(since.elapsed()) {
+                    None => return,
+                    Some(left) if left.is_zero() => return,
+                    Some(left) => left,
+                }
+            } else {
+                timeout
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Marks the connection as closed by `send_timeout_ms`.
+    pub fn mark_send_timeout(&self) {
+        self.send_timed_out.store(true, Ordering::Release);
+    }
+
+    /// Whether `send_timeout_ms` closed the connection.
+    pub fn send_timed_out(&self) -> bool {
+        self.send_timed_out.load(Ordering::Acquire)
     }
 
     /// A request starts; it is in progress until the guard is dropped.

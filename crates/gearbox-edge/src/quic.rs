@@ -277,6 +277,14 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, stream: H3Stream) {
             rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
             rec.server_time_source = Some(source.into());
         }
+        Err(e) if e.is::<SendTimedOut>() => {
+            conn.shared.metrics.limit_hits.count(Hit::SendTimeout);
+            rec.error = Some(Hit::SendTimeout.name().into());
+            if let Some(cut) = e.downcast_ref::<SendTimedOut>() {
+                rec.status = Some(cut.status);
+                rec.bytes = cut.bytes;
+            }
+        }
         Err(e) => {
             tracing::debug!(error = %e, "HTTP/3 request failed");
             rec.error = Some("reset".into());
@@ -293,6 +301,23 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, stream: H3Stream) {
     }
 }
 
+/// A response stream reset because the client took none of it for `send_timeout_ms`.
+#[derive(Debug)]
+struct SendTimedOut {
+    /// The response's status (its head went out).
+    status: u16,
+    /// Body bytes written before the limit.
+    bytes: u64,
+}
+
+impl std::fmt::Display for SendTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client took no response bytes within limits.send_timeout_ms")
+    }
+}
+
+impl std::error::Error for SendTimedOut {}
+
 /// Sends the response head and body, adding the body bytes written to `bytes`; returns
 /// when the first body byte could go. Counts each written chunk out of `app`'s unsent
 /// bytes when the size was known (and so counted in).
@@ -303,13 +328,19 @@ async fn send_body(
     app: &AppCounters,
     counted: bool,
     bytes: &mut u64,
+    send_timeout: std::time::Duration,
 ) -> Result<Instant, Box<dyn std::error::Error + Send + Sync>> {
+    let status = head.status.as_u16();
     send.send_response(http::Response::from_parts(head, ())).await?;
     let first_byte = Instant::now();
     while let Some(frame) = payload.frame().await {
         if let Ok(data) = frame?.into_data() {
             let n = data.len() as u64;
-            send.send_data(data).await?;
+            if tokio::time::timeout(send_timeout, send.send_data(data)).await.is_err() {
+                // H3_REQUEST_CANCELLED (RFC 9114 §8.1): the client took nothing for the limit.
+                send.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+                return Err(Box::new(SendTimedOut { status, bytes: *bytes }));
+            }
             *bytes += n;
             if counted {
                 app.written(n);
@@ -344,7 +375,17 @@ async fn serve(
     let known = http_body::Body::size_hint(&payload).exact();
     conn.app.generated(known.unwrap_or(0));
     let mut bytes = 0u64;
-    let sent = send_body(&mut send, head, &mut payload, &conn.app, known.is_some(), &mut bytes).await;
+    let send_timeout = std::time::Duration::from_millis(conn.shared.config.limits.send_timeout_ms);
+    let sent = send_body(
+        &mut send,
+        head,
+        &mut payload,
+        &conn.app,
+        known.is_some(),
+        &mut bytes,
+        send_timeout,
+    )
+    .await;
     if let Some(n) = known {
         // What a failed or short body left counted in.
         conn.app.written(n.saturating_sub(bytes));

@@ -336,6 +336,9 @@ pub struct EdgeBody {
     /// Held until the body is dropped: the request's place in its connection's
     /// activity, the memory budget of a body held whole.
     keep: Vec<Box<dyn Send + Sync>>,
+    /// The connection told when a piece waits for the client (`send_timeout_ms`), and
+    /// whether one waits now.
+    send_watch: Option<(std::sync::Arc<crate::limits::Activity>, bool)>,
 }
 
 enum BodyKind {
@@ -359,6 +362,7 @@ impl EdgeBody {
             sent: 0,
             on_end: None,
             keep: Vec::new(),
+            send_watch: None,
         }
     }
 
@@ -368,6 +372,7 @@ impl EdgeBody {
             sent: 0,
             on_end: None,
             keep: Vec::new(),
+            send_watch: None,
         }
     }
 
@@ -377,12 +382,19 @@ impl EdgeBody {
             sent: 0,
             on_end: None,
             keep: Vec::new(),
+            send_watch: None,
         }
     }
 
     /// Keeps `v` alive as long as the body.
     pub fn keep(&mut self, v: impl Send + Sync + 'static) {
         self.keep.push(Box::new(v));
+    }
+
+    /// Tells `activity` while a piece of this body waits for the transport to take it:
+    /// the clock of `send_timeout_ms` on HTTP/1.1 and HTTP/2.
+    pub fn watch_send(&mut self, activity: std::sync::Arc<crate::limits::Activity>) {
+        self.send_watch = Some((activity, false));
     }
 
     /// Calls `f` when the body ends or is dropped unfinished.
@@ -402,6 +414,9 @@ impl Drop for EdgeBody {
         // hyper stops polling once a body with an exact size says it has ended.
         let complete = self.is_end_stream();
         self.finish(complete);
+        if let Some((activity, true)) = &self.send_watch {
+            activity.taken();
+        }
     }
 }
 
@@ -411,6 +426,11 @@ impl Body for EdgeBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        // Asked for the next piece: the last one was taken.
+        if let Some((activity, waiting @ true)) = &mut this.send_watch {
+            *waiting = false;
+            activity.taken();
+        }
         let next: Option<Result<Frame<Bytes>, Self::Error>> = match &mut this.kind {
             BodyKind::Full(b) => b.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b))),
             BodyKind::Repeat { remaining } => {
@@ -454,6 +474,9 @@ impl Body for EdgeBody {
                 this.sent += f.data_ref().map_or(0, |d| d.len() as u64);
                 if this.is_end_stream() {
                     this.finish(true);
+                } else if let Some((activity, waiting)) = &mut this.send_watch {
+                    *waiting = true;
+                    activity.handed();
                 }
             }
             Some(Err(_)) => this.finish(false),

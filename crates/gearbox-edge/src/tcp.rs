@@ -27,7 +27,7 @@ struct Conn {
     id: u64,
     peer: SocketAddr,
     protocol: Protocol,
-    /// A duplicate of the connection's socket, to read `TCP_INFO` while hyper owns the stream.
+    /// The connection's socket, to read `TCP_INFO` while hyper drives the stream.
     socket: Arc<socket2::Socket>,
     /// The initial window the kernel's TCP WISE program drew for it, if any.
     iw: Option<IwChoice>,
@@ -71,8 +71,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: tokio::net::TcpLi
 
 /// Sets `TCP_NOTSENT_LOWAT` (tcp(7)): the socket reports writable only while less than `bytes`
 /// of its data is not yet sent, so the HTTP/2 layer, not the kernel's FIFO, holds the queue.
-fn set_notsent_lowat(stream: &tokio::net::TcpStream, bytes: u32) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
+fn set_notsent_lowat(stream: &impl std::os::fd::AsRawFd, bytes: u32) -> std::io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: setsockopt(2) on a socket we own, with a pointer to a c_int and its size.
     let rc = unsafe {
@@ -111,7 +110,16 @@ fn error_record(shared: &Shared, id: u64, peer: SocketAddr, error: &str) -> Edge
 
 async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: SocketAddr, cancel: CancellationToken) {
     let id = shared.conn_id();
-    let sref = socket2::SockRef::from(&stream);
+    // One descriptor per connection, shared by hyper's I/O and the edge's own readers of
+    // TCP_INFO and its orderly close ([`SharedSocket`]).
+    let socket = match stream.into_std() {
+        Ok(s) => Arc::new(socket2::Socket::from(s)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot take over the accepted socket");
+            return;
+        }
+    };
+    let sref = socket2::SockRef::from(&*socket);
     let accepted = AcceptedConnection::new(id, peer, Transport::Tcp, unix_ms_now());
     if let Some(cc) = shared.gears.tcp(&accepted) {
         if let Err(e) = cc.apply(&sref) {
@@ -122,16 +130,16 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         .tcp_iw
         .as_ref()
         .and_then(|k| k.tcp_draw(&sref, accepted.cluster.hour));
-    let _ = stream.set_nodelay(true);
+    let _ = socket.set_tcp_nodelay(true);
     if let Some(lowat) = shared.config.tcp_notsent_lowat_bytes.filter(|&b| b > 0) {
-        if let Err(e) = set_notsent_lowat(&stream, lowat) {
+        if let Err(e) = set_notsent_lowat(&*socket, lowat) {
             tracing::warn!(lowat, error = %e, "cannot set TCP_NOTSENT_LOWAT; keeping the system's");
         }
     }
-    let socket = match sref.try_clone() {
-        Ok(s) => Arc::new(s),
+    let stream = match SharedSocket::new(socket.clone()) {
+        Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot duplicate socket");
+            tracing::warn!(error = %e, "cannot register the socket with the runtime");
             return;
         }
     };
@@ -182,6 +190,7 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
     let limits = &shared.config.limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let grace = Duration::from_millis(limits.keep_alive_timeout_ms);
+    let send = Duration::from_millis(limits.send_timeout_ms);
     let (result, idle_closed) = match protocol {
         Protocol::H2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -194,7 +203,7 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
                 .max_header_list_size(limits.max_header_bytes)
                 .keep_alive_interval(Duration::from_millis(limits.keep_alive_interval_ms))
                 .keep_alive_timeout(Duration::from_millis(limits.keep_alive_timeout_ms));
-            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
+            drive(b.serve_connection(io, svc), &cancel, &activity, [idle, grace, send]).await
         }
         _ => {
             let mut b = hyper::server::conn::http1::Builder::new();
@@ -203,14 +212,17 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
                 .max_headers(limits.max_headers as usize)
                 .max_header_size(limits.max_header_bytes as usize)
                 .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
-            drive(b.serve_connection(io, svc), &cancel, &activity, idle, grace).await
+            drive(b.serve_connection(io, svc), &cancel, &activity, [idle, grace, send]).await
         }
     };
     // A connection that served requests and then went quiet is closed as a matter of
     // course (counted only); one that never completed a request leaves a record.
     let served = activity.requests() > 0;
-    if let Some(hit) = idle_closed {
-        closed_by(&shared, id, peer, protocol, hit, None, !served);
+    match idle_closed {
+        // The request's own record names it.
+        Some(Hit::SendTimeout) => shared.metrics.limit_hits.count(Hit::SendTimeout),
+        Some(hit) => closed_by(&shared, id, peer, protocol, hit, None, !served),
+        None => {}
     }
     match result {
         Ok(()) => {}
@@ -253,14 +265,15 @@ fn closed_by(
 /// HTTP/1.1 close after the request in progress) on shutdown or once it has had no
 /// request in progress for `idle`. A connection told to close that still has nothing
 /// in progress `grace` later is dropped: a peer that never answers the GOAWAY's PING,
-/// or never sent its preface, cannot hold it open. Says whether the idle timeout
+/// or never sent its preface, cannot hold it open. A connection whose responses have
+/// all waited `send` for the client to take their next piece is dropped at once (the
+/// client stopped reading; nothing graceful can reach it). Says which limit, if any,
 /// closed it.
 async fn drive<C>(
     conn: C,
     cancel: &CancellationToken,
     activity: &Activity,
-    idle: Duration,
-    grace: Duration,
+    [idle, grace, send]: [Duration; 3],
 ) -> (Result<(), C::Error>, Option<Hit>)
 where
     C: GracefulConnection,
@@ -283,6 +296,10 @@ where
             _ = activity.quiet_after(closing.unwrap_or_else(tokio::time::Instant::now), grace), if closing.is_some() => {
                 return (Ok(()), closed_by);
             }
+            _ = activity.send_stalled(send) => {
+                activity.mark_send_timeout();
+                return (Ok(()), Some(Hit::SendTimeout));
+            }
         }
     }
 }
@@ -291,8 +308,8 @@ where
 ///
 /// hyper drops the stream once HTTP is done; closing a socket that still holds unread
 /// bytes from the peer (e.g. HTTP/2 WINDOW_UPDATEs) makes the kernel send RST and
-/// discard the unsent response tail. Our duplicate fd keeps the socket open: send FIN,
-/// then read until the client's FIN (bounded), so the close is orderly.
+/// discard the unsent response tail. The edge's share of the socket keeps it open: send
+/// FIN, then read until the client's FIN (bounded), so the close is orderly.
 async fn linger(socket: &socket2::Socket) {
     let _ = socket.shutdown(std::net::Shutdown::Write);
     let deadline = Instant::now() + LINGER_LIMIT;
@@ -319,6 +336,7 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
         resp.headers_mut().insert(http::header::ALT_SVC, v.clone());
     }
     resp.body_mut().keep(active);
+    resp.body_mut().watch_send(conn.activity.clone());
     let status = resp.status().as_u16();
     let hit = crate::service::hit_of(&resp);
     // The headers are the first response bytes: they are written once we return.
@@ -332,9 +350,16 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 path,
                 status: Some(status),
                 bytes,
-                error: hit
-                    .map(|h| h.name().to_string())
-                    .or_else(|| (!complete).then(|| "reset".to_string())),
+                error: hit.map(|h| h.name().to_string()).or_else(|| {
+                    (!complete).then(|| {
+                        let cut = if c.activity.send_timed_out() {
+                            Hit::SendTimeout.name()
+                        } else {
+                            "reset"
+                        };
+                        cut.to_string()
+                    })
+                }),
                 iw: c.iw.clone(),
                 ..EdgeRecord::for_connection(c.id, c.peer, Some(c.protocol), time_unix_ms)
             };
@@ -381,6 +406,98 @@ async fn wait_acked(socket: &socket2::Socket) -> Option<Instant> {
         }
         tokio::time::sleep(period).await;
         info = transport::tcp_info(socket).ok()?;
+    }
+}
+
+/// The connection's one socket as hyper and rustls see it. The descriptor is shared (an
+/// `Arc`) with the edge's readers of `TCP_INFO`, the live connection's congestion
+/// control handle and the orderly close after hyper is done, so it stays open until all
+/// are done with it. The rejected alternative, a `dup` of tokio's `TcpStream`, cost a
+/// second descriptor per connection: 20,000 for the 10,000 connections of
+/// `limits.max_connections`, which is the whole `RLIMIT_NOFILE` of many hosts.
+struct SharedSocket(tokio::io::unix::AsyncFd<Arc<socket2::Socket>>);
+
+impl SharedSocket {
+    /// Registers `socket` (non-blocking) with the runtime.
+    fn new(socket: Arc<socket2::Socket>) -> std::io::Result<Self> {
+        socket.set_nonblocking(true)?;
+        // SAFETY: the AsyncFd owns one of the `Arc`s of the socket, so its descriptor
+        // stays open, and names the same socket, for as long as the AsyncFd lives.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(socket) }.map_err(std::io::Error::from)?;
+        Ok(SharedSocket(fd))
+    }
+}
+
+impl tokio::io::AsyncRead for SharedSocket {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_read_ready(cx))?;
+            // SAFETY: recv writes only initialised bytes to the front of the unfilled part
+            // and says how many; exactly those are marked initialised and filled.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            match guard.try_io(|s| s.get_ref().recv(unfilled)) {
+                Ok(Ok(n)) => {
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for SharedSocket {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_write_ready(cx))?;
+            // MSG_NOSIGNAL: a peer gone is EPIPE, never SIGPIPE, whatever the host program does.
+            match guard.try_io(|s| s.get_ref().send_with_flags(buf, libc::MSG_NOSIGNAL)) {
+                Ok(r) => return std::task::Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.poll_write_ready(cx))?;
+            match guard.try_io(|s| s.get_ref().send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)) {
+                Ok(r) => return std::task::Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(self.0.get_ref().shutdown(std::net::Shutdown::Write))
     }
 }
 

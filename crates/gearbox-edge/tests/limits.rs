@@ -318,6 +318,144 @@ async fn a_dribbled_body_gets_408_on_every_protocol() {
     assert!(timed_out.iter().all(|r| r["status"] == 408));
 }
 
+/// An HTTP/2 HEADERS block for `GET /bytes/10` begun, never ended: `:method GET` (2),
+/// `:scheme https` (7), `:path` literal (index 4), `:authority` literal (index 1).
+fn h2_open_headers() -> Vec<u8> {
+    let mut block = vec![0x82, 0x87, 0x04, 9];
+    block.extend_from_slice(b"/bytes/10");
+    block.extend_from_slice(&[0x01, 1, b'x']);
+    block
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_headers_dribbled_in_continuation_frames_are_cut_at_the_idle_timeout() {
+    let edge = start(|_| {}).await;
+    // A HEADERS frame without END_HEADERS, then one CONTINUATION every 500 ms: fewer
+    // than h2's cap of five, so only the edge's clock can end it. No request exists
+    // until the header block ends, so the connection is idle from its start.
+    let mut s = tls_connect(edge.tcp, b"h2").await;
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x0, 1, &h2_open_headers()));
+    s.write_all(&out).await.unwrap();
+    let (rd, mut wr) = tokio::io::split(s);
+    let dribble = tokio::spawn(async move {
+        for i in 0..4u8 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            // A literal field without indexing, new name: "x-i: y".
+            let field = [0x00, 3, b'x', b'-', b'0' + i, 1, b'y'];
+            if wr.write_all(&h2_frame(0x9, 0x0, 1, &field)).await.is_err() {
+                break;
+            }
+        }
+        wr
+    });
+    let mut tls = rd;
+    let code = goaway_code_from(&mut tls).await;
+    assert_eq!(code, Some(0), "GOAWAY(NO_ERROR) at the idle timeout");
+    let _ = read_to_close(&mut tls).await;
+    let _ = bounded("dribbler ends", dribble).await;
+    edge.wait_hits("idle_timeout", 1).await;
+    // Past h2's cap of CONTINUATION frames the connection ends at once, with an error.
+    let mut s = tls_connect(edge.tcp, b"h2").await;
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x0, 1, &h2_open_headers()));
+    for i in 0..20u8 {
+        out.extend(h2_frame(0x9, 0x0, 1, &[0x00, 3, b'y', b'-', b'a' + i, 1, b'z']));
+    }
+    let _ = s.write_all(&out).await;
+    let code = goaway_code(&mut s).await;
+    assert!(matches!(code, Some(c) if c != 0), "GOAWAY with an error code: {code:?}");
+    still_serves(&edge).await;
+    let records = edge.stop().await;
+    assert_eq!(with_error(&records, "idle_timeout").len(), 1, "{records:?}");
+}
+
+// ---- a client that stops reading ----
+
+/// Reads until the peer closes or errors; how many bytes came.
+async fn count_to_close<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> u64 {
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match bounded("peer closes", r.read(&mut buf)).await {
+            Ok(0) | Err(_) => return n,
+            Ok(k) => n += k as u64,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_at_the_send_timeout_on_every_protocol() {
+    const BIG: u64 = 200_000_000;
+    let edge = start(|c| {
+        c.limits.send_timeout_ms = 300;
+        c.limits.connection_idle_timeout_ms = 10_000;
+    })
+    .await;
+    let path = format!("/bytes/{BIG}");
+    // HTTP/1.1: the request, then no read until the edge has given up; the socket
+    // buffers hold a few MB of the response at most.
+    let mut h1 = tls_connect(edge.tcp, b"http/1.1").await;
+    h1.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    edge.wait_hits("send_timeout", 1).await;
+    let got = count_to_close(&mut h1).await;
+    assert!(got < BIG, "HTTP/1.1 response cut short: {got} bytes");
+    // HTTP/2: h2's default 64 KiB stream window, never released.
+    let tls = tls_connect(edge.tcp, b"h2").await;
+    let (mut client, conn) = bounded("h2 handshake", h2::client::handshake(tls)).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let (resp, _) = client
+        .send_request(request("GET", &path).body(()).unwrap(), true)
+        .unwrap();
+    let resp = bounded("h2 response head", resp).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    edge.wait_hits("send_timeout", 2).await;
+    let _ = bounded("the edge drops the HTTP/2 connection", conn).await;
+    drop(resp);
+    // HTTP/3: the response stream is never read, so its QUIC credit runs out.
+    let mut h3 = h3_client(&edge).await;
+    let mut stream = h3
+        .send
+        .send_request(request("GET", &path).body(()).unwrap())
+        .await
+        .unwrap();
+    let _ = stream.finish().await;
+    let head = bounded("h3 response head", stream.recv_response()).await.unwrap();
+    assert_eq!(head.status(), 200);
+    edge.wait_hits("send_timeout", 3).await;
+    // The stream was reset: reading it now ends in an error before BIG bytes.
+    let mut got = 0u64;
+    let read = async {
+        loop {
+            match stream.recv_data().await {
+                Ok(Some(mut chunk)) => got += chunk.copy_to_bytes(chunk.remaining()).len() as u64,
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+    };
+    assert!(
+        bounded("h3 stream ends", read).await,
+        "HTTP/3 stream reset, not ended ({got} bytes)"
+    );
+    assert!(got < BIG);
+    still_serves(&edge).await;
+    let records = edge.stop().await;
+    let cut = with_error(&records, "send_timeout");
+    let mut protocols: Vec<&str> = cut.iter().filter_map(|r| r["protocol"].as_str()).collect();
+    protocols.sort_unstable();
+    assert_eq!(protocols, ["h1", "h2", "h3"], "{records:?}");
+    assert!(
+        cut.iter()
+            .all(|r| r["status"] == 200 && r["bytes"].as_u64() < Some(BIG)),
+        "{cut:?}"
+    );
+}
+
 // ---- oversize headers ----
 
 fn many_headers(n: usize) -> String {
@@ -873,6 +1011,11 @@ async fn garbage_after_tls_and_malformed_http1_are_answered_or_closed() {
 
 /// The error code of the first GOAWAY frame the peer sends (RFC 9113 §6.8), if any.
 async fn goaway_code(s: &mut Tls) -> Option<u32> {
+    goaway_code_from(s).await
+}
+
+/// [`goaway_code`] on any reader (the read half of a split connection).
+async fn goaway_code_from<R: tokio::io::AsyncRead + Unpin>(s: &mut R) -> Option<u32> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {

@@ -17,6 +17,8 @@
 
 mod cc;
 mod floo;
+mod idle;
+mod load;
 mod measure;
 mod peers;
 mod proc_stats;
@@ -56,6 +58,10 @@ pub enum Bench {
     /// The Floo gear: cost per decision of its monitor, selector and switcher, and the
     /// edge's CPU with and without it for one emulated transfer (docs/floo.md).
     Floo(floo::FlooBenchArgs),
+    /// Many connections at once: 10,000 idle TLS/TCP and 10,000 idle QUIC connections held,
+    /// then 1,000 active clients of the `app` workload over HTTP/2 and HTTP/3; request rate,
+    /// p99 latency, the server's memory and file descriptors, beside caddy (docs/reliability.md).
+    Load(load::LoadBenchArgs),
     /// The control plane: ingestion records/s (embedded store and PostgreSQL), policy polls/s
     /// with 1,000 simulated pollers, the service's memory (docs/control.md).
     Control(crate::control_cmd::ControlArgs),
@@ -94,6 +100,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Cc(c) => cc::run(c),
         Bench::Sim(s) => sim::run(s),
         Bench::Floo(f) => floo::run(f),
+        Bench::Load(l) => load::run(l),
         Bench::Control(c) => crate::control_cmd::bench(c),
     }
 }

@@ -58,6 +58,10 @@ impl Server {
         lines.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(super) fn cpu_s(&self) -> f64 {
         process_cpu_s(self.child.id()).unwrap_or(f64::NAN)
     }
