@@ -147,9 +147,10 @@ pub(crate) fn per_switch(mode: SwitchMode, rounds: u32) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(n.max(1))
 }
 
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The median of the repeats (NaN for none, which the tables print as such): every
+/// benchmark's one definition, `gearbox_dataplane::stats::median`.
+pub(crate) fn median(v: Vec<f64>) -> f64 {
+    gearbox_dataplane::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 /// Runs the benchmark and prints its figures.

@@ -24,6 +24,7 @@ mod peers;
 mod proc_stats;
 mod process;
 mod report;
+mod sailfish;
 mod sim;
 
 use std::path::PathBuf;
@@ -58,6 +59,9 @@ pub enum Bench {
     /// The Floo gear: cost per decision of its monitor, selector and switcher, and the
     /// edge's CPU with and without it for one emulated transfer (docs/floo.md).
     Floo(floo::FlooBenchArgs),
+    /// The path schedulers: cost per stream-to-path decision of the SAILfish policy and
+    /// of the heuristics (docs/sailfish.md).
+    Sailfish(sailfish::SailfishBenchArgs),
     /// Many connections at once: 10,000 idle TLS/TCP and 10,000 idle QUIC connections held,
     /// then 1,000 active clients of the `app` workload over HTTP/2 and HTTP/3; request rate,
     /// p99 latency, the server's memory and file descriptors, beside caddy (docs/reliability.md).
@@ -100,6 +104,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Cc(c) => cc::run(c),
         Bench::Sim(s) => sim::run(s),
         Bench::Floo(f) => floo::run(f),
+        Bench::Sailfish(f) => sailfish::run(f),
         Bench::Load(l) => load::run(l),
         Bench::Control(c) => crate::control_cmd::bench(c),
     }

@@ -2,13 +2,9 @@
 //! the figures, the CPU each side used and the UDP drops, and which figures the client
 //! rather than the server bounded.
 
+use super::cc::median;
 use super::measure::{Kind, Row, Sample};
 use super::EdgeBenchArgs;
-
-/// The median of the repeats (NaN for none, which the table prints as such).
-fn median(v: Vec<f64>) -> f64 {
-    gearbox_dataplane::stats::median(&v).unwrap_or(f64::NAN)
-}
 
 pub(super) fn print_report(a: &EdgeBenchArgs, rows: &[Row], load_before: &str, others_pct: f64) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
