@@ -34,7 +34,8 @@ fn paths(i: u32) -> Vec<PathState> {
         .map(|p| PathState {
             index: p,
             local_addr: format!("10.0.{p}.2"),
-            delivery_rate_bps: (!i.is_multiple_of(5)).then_some(1_000_000 + 200_000 * u64::from(i % 89) * (p as u64 + 1)),
+            delivery_rate_bps: (!i.is_multiple_of(5))
+                .then_some(1_000_000 + 200_000 * u64::from(i % 89) * (p as u64 + 1)),
             srtt_ms: Some(10.0 + f + 20.0 * p as f64),
             srtt_history_ms: (0..8).map(|k| 10.0 + f + k as f64).collect(),
             min_rtt_ms: Some(8.0 + 20.0 * p as f64),
