@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{config, gearbox_bin, scratch, setup};
+use common::{config, edge_and_load, gearbox_bin, read_records, scratch, setup};
 use gearbox_emu::RunOptions;
 
 /// Path 0: 20 Mbit/s, 10 ms each way; path 1: 5 Mbit/s, 30 ms each way (a WiFi-like
@@ -36,46 +35,13 @@ fn two_paths(extra_path1: &str) -> gearbox_emu::EmuConfig {
     ))
 }
 
-/// Runs the edge and `gearbox load` of the page workload with `scheduler` across
-/// `emu`; returns the client records.
+/// `gearbox load` of 60 objects of the `page` workload over both paths with `scheduler`,
+/// against our edge across `emu`; returns the client records.
 fn load(name: &str, emu: &gearbox_emu::EmuConfig, scheduler: &str) -> Vec<serde_json::Value> {
-    let bin = gearbox_bin();
-    let dir = scratch(&format!("multipath-{name}"));
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).unwrap();
-    let telemetry = dir.join("client.jsonl");
-    let _ = std::fs::remove_file(&telemetry);
-    let options = RunOptions {
-        server: Some(format!(
-            "exec {} edge --listen 10.0.0.1:4433 --cert {} --key {}",
-            bin.display(),
-            cert.display(),
-            key.display()
-        )),
-        client: Some(format!(
-            "exec {} load --workload page --seed 3 --requests 60 --time-scale 0.01 \
-             --target https://10.0.0.1:4433 --insecure --paths \"$GEARBOX_CLIENT_ADDRS\" \
-             --scheduler {scheduler} --telemetry {} --json > {}",
-            bin.display(),
-            telemetry.display(),
-            dir.join("load.json").display()
-        )),
-        duration: Some(Duration::from_secs(90)),
-        ready_ports: vec!["4433/tcp".parse().unwrap(), "4433/udp".parse().unwrap()],
-        ..RunOptions::default()
-    };
-    let outcome = gearbox_emu::run(emu, &options).unwrap_or_else(|e| panic!("emu run: {e}"));
-    assert_eq!(outcome.exit_code, 0, "{name}: gearbox load failed");
-    read_records(&telemetry)
-}
-
-fn read_records(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect()
+    let args = format!(
+        "--workload page --seed 3 --requests 60 --time-scale 0.01 --paths \"$GEARBOX_CLIENT_ADDRS\" --scheduler {scheduler}"
+    );
+    edge_and_load(&format!("multipath-{name}"), emu, &args, Duration::from_secs(90)).records
 }
 
 #[test]

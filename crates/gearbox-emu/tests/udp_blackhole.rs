@@ -13,11 +13,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{config, gearbox_bin, scratch, setup};
-use gearbox_emu::RunOptions;
+use common::{config, edge_and_load, setup, EdgeAndLoad};
 
 /// When the policer starts blocking UDP, ms after the links start (the client starts
 /// after the edge is ready, a fraction of a second later).
@@ -42,64 +41,17 @@ fn blackholed_path() -> gearbox_emu::EmuConfig {
     ))
 }
 
-/// What one replay left: its client records and the load's summary.
-struct Replay {
-    records: Vec<serde_json::Value>,
-    summary: serde_json::Value,
-    dir: PathBuf,
-}
-
 /// Replays the `app` workload (seed 26: clicks at 0, 1.1, 3.9 and 6.0 s, `DURATION_S` of send times) against our edge
 /// across the blackholed path with `load_args` choosing the transport.
-fn replay(name: &str, load_args: &str) -> Replay {
-    let bin = gearbox_bin();
-    let dir = scratch(&format!("blackhole-{name}"));
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["10.0.0.1".into()], &cert, &key).unwrap();
-    let telemetry = dir.join("client.jsonl");
-    let summary = dir.join("load.json");
-    let _ = std::fs::remove_file(&telemetry);
-    let options = RunOptions {
-        server: Some(format!(
-            "exec {} edge --listen 10.0.0.1:4433 --cert {} --key {}",
-            bin.display(),
-            cert.display(),
-            key.display()
-        )),
-        client: Some(format!(
-            "exec {} load --workload app --seed 26 --duration-s {DURATION_S} --target https://10.0.0.1:4433 \
-             --insecure {load_args} --telemetry {} --json > {}",
-            bin.display(),
-            telemetry.display(),
-            summary.display()
-        )),
-        // Far above a replay that never waits (about DURATION_S + a few seconds), far
-        // below one whose requests wait for the idle timeout.
-        duration: Some(Duration::from_secs(55)),
-        ready_ports: vec!["4433/tcp".parse().unwrap(), "4433/udp".parse().unwrap()],
-        ..RunOptions::default()
-    };
-    let outcome = gearbox_emu::run(&blackholed_path(), &options).unwrap_or_else(|e| panic!("emu run: {e}"));
-    assert_eq!(
-        outcome.exit_code, 0,
-        "{name}: gearbox load failed (exit {})",
-        outcome.exit_code
-    );
-    Replay {
-        records: read_records(&telemetry),
-        summary: serde_json::from_str(&std::fs::read_to_string(&summary).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", summary.display())),
-        dir,
-    }
-}
-
-fn read_records(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect()
+fn replay(name: &str, load_args: &str) -> EdgeAndLoad {
+    // Far above a replay that never waits (about DURATION_S + a few seconds), far below
+    // one whose requests wait for the idle timeout.
+    edge_and_load(
+        &format!("blackhole-{name}"),
+        &blackholed_path(),
+        &format!("--workload app --seed 26 --duration-s {DURATION_S} {load_args}"),
+        Duration::from_secs(55),
+    )
 }
 
 fn str_of<'a>(r: &'a serde_json::Value, field: &str) -> Option<&'a str> {
@@ -108,7 +60,7 @@ fn str_of<'a>(r: &'a serde_json::Value, field: &str) -> Option<&'a str> {
 
 /// Checks of a fallback mode: every request completed, some on QUIC before the block,
 /// some retried from QUIC over TCP after it, and none close to the idle timeout.
-fn assert_falls_back(name: &str, r: &Replay) {
+fn assert_falls_back(name: &str, r: &EdgeAndLoad) {
     let n = r.records.len();
     assert!(n >= 10, "{name}: only {n} requests");
     let failed: Vec<_> = r.records.iter().filter(|x| !x["error"].is_null()).collect();
