@@ -395,19 +395,12 @@ impl Activity {
     /// Resolves once some response has waited `timeout` for the client with no response
     /// on the connection making progress meanwhile.
     pub async fn send_stalled(&self, timeout: Duration) {
-        loop {
-            let wait = if self.waiting_on_client.load(Ordering::Acquire) > 0 {
-                let since = *self.sent_progress.lock().unwrap_or_else(|p| p.into_inner());
-                match timeout.checked_sub(since.elapsed()) {
-                    None => return,
-                    Some(left) if left.is_zero() => return,
-                    Some(left) => left,
-                }
-            } else {
-                timeout
-            };
-            tokio::time::sleep(wait).await;
-        }
+        quiet_for(
+            timeout,
+            || self.waiting_on_client.load(Ordering::Acquire) > 0,
+            &self.sent_progress,
+        )
+        .await
     }
 
     /// Marks the connection as closed by `send_timeout_ms`.
@@ -434,19 +427,12 @@ impl Activity {
 
     /// Resolves once the connection has had no request in progress for `timeout`.
     pub async fn idle_for(&self, timeout: Duration) {
-        loop {
-            let wait = if self.in_progress.load(Ordering::Acquire) == 0 {
-                let since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
-                match timeout.checked_sub(since.elapsed()) {
-                    None => return,
-                    Some(left) if left.is_zero() => return,
-                    Some(left) => left,
-                }
-            } else {
-                timeout
-            };
-            tokio::time::sleep(wait).await;
-        }
+        quiet_for(
+            timeout,
+            || self.in_progress.load(Ordering::Acquire) == 0,
+            &self.idle_since,
+        )
+        .await
     }
 }
 
@@ -479,6 +465,25 @@ impl Drop for ActiveRequest {
     fn drop(&mut self) {
         *self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         self.0.in_progress.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Resolves once `holds` has been true, continuously, for `timeout` since the instant in
+/// `since` (which the caller moves whenever the condition is renewed); while it does not
+/// hold, checks again every `timeout`. The clock of `idle_for` and `send_stalled`.
+async fn quiet_for(timeout: Duration, holds: impl Fn() -> bool, since: &Mutex<Instant>) {
+    loop {
+        let wait = if holds() {
+            let since = *since.lock().unwrap_or_else(|p| p.into_inner());
+            match timeout.checked_sub(since.elapsed()) {
+                None => return,
+                Some(left) if left.is_zero() => return,
+                Some(left) => left,
+            }
+        } else {
+            timeout
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 
