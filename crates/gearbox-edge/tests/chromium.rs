@@ -16,15 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+mod common;
+
 use base64::Engine as _;
-use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
-use serde_json::Value;
+use common::Running;
 
 /// Liveness bound on one browser run (not a performance check).
 const BROWSER_BOUND: Duration = Duration::from_secs(90);
-/// Bound on the edge's graceful stop.
-const STOP_BOUND: Duration = Duration::from_secs(60);
-
 /// Objects the page references, besides `/index.html` itself.
 const OBJECTS: [&str; 7] = [
     "/style.css",
@@ -40,66 +38,19 @@ const OBJECTS: [&str; 7] = [
 /// each other slow, and the bound above is meant for one.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-struct Running {
-    port: u16,
-    quic_port: u16,
-    dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    /// Stops the edge gracefully and returns its telemetry records.
-    async fn stop(mut self) -> Vec<Value> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(STOP_BOUND, &mut self.task)
-            .await
-            .expect("edge stops")
-            .expect("edge task");
-        std::fs::read_to_string(self.dir.path().join("edge.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("telemetry line is JSON"))
-            .collect()
-    }
-}
-
-/// Starts an edge on a free port with a certificate for `localhost` and the page in
-/// its static directory.
+/// An edge (the shared test harness) with the page in its static directory, inside the
+/// edge's own scratch folder.
 async fn start_edge() -> Running {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("GEARBOX_TEST_LOG"))
-        .with_test_writer()
-        .try_init();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    gearbox_dataplane::tls::write_self_signed(&["localhost".into(), "127.0.0.1".into()], &cert, &key).unwrap();
-    let site = dir.path().join("site");
-    write_page(&site);
-    let config = EdgeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        cert,
-        key,
-        static_dir: Some(site),
-        telemetry: Some(dir.path().join("edge.jsonl")),
-        ..EdgeConfig::default()
-    };
-    let gears = ConnectionGears::from_config(&config);
-    let edge = Edge::bind(config, gears).await.expect("edge binds");
-    let (port, quic_port) = (edge.tcp_addr().port(), edge.quic_addr().port());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(edge.serve(async move {
-        let _ = rx.await;
-    }));
-    Running {
-        port,
-        quic_port,
-        dir,
-        stop: Some(tx),
-        task,
-    }
+    common::start(|c| {
+        let site = c
+            .cert
+            .parent()
+            .expect("the certificate is in the scratch folder")
+            .join("site");
+        write_page(&site);
+        c.static_dir = Some(site);
+    })
+    .await
 }
 
 /// The page: every object must have arrived and be usable before the marker is
@@ -261,8 +212,8 @@ struct BrowserRun {
 /// Loads `https://localhost:PORT/` in headless Chromium and returns the DOM it dumps.
 async fn load_in_chromium(edge: &Running, quic: bool) -> BrowserRun {
     let profile = tempfile::tempdir().unwrap();
-    let spki = spki_sha256_base64(&edge.dir.path().join("cert.pem"));
-    let origin = format!("localhost:{}", edge.port);
+    let spki = spki_sha256_base64(&edge.cert());
+    let origin = format!("localhost:{}", edge.tcp.port());
     let mut cmd = std::process::Command::new(chromium());
     cmd.args([
         "--headless=new",
@@ -279,7 +230,11 @@ async fn load_in_chromium(edge: &Running, quic: bool) -> BrowserRun {
     .arg(format!("--user-data-dir={}", profile.path().display()))
     .arg(format!("--ignore-certificate-errors-spki-list={spki}"));
     if quic {
-        assert_eq!(edge.quic_port, edge.port, "the edge serves QUIC on its TCP port number");
+        assert_eq!(
+            edge.quic.port(),
+            edge.tcp.port(),
+            "the edge serves QUIC on its TCP port number"
+        );
         cmd.arg("--enable-quic")
             .arg(format!("--origin-to-force-quic-on={origin}"));
     } else {
