@@ -131,8 +131,9 @@ pub trait PathGear: Send {
     /// none; a path that failed is left out.
     fn choose(&mut self, request: &PathRequest, paths: &[PathState], now: Instant) -> Decision<usize>;
 
-    /// A request finished; `record.local_addr` names the path it took.
-    fn observe(&mut self, record: &ClientRecord, now: Instant);
+    /// A request finished; `record.local_addr` names the path it took. The stream
+    /// schedulers and SAILfish's fixed policy learn nothing from it: by default, nothing.
+    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

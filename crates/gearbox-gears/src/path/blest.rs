@@ -28,7 +28,7 @@
 
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState};
 
 use super::{has_room, lowest_rtt};
 
@@ -78,8 +78,6 @@ impl PathGear for Blest {
         }
         Decision::new(s, format!("blest:slow:{}", slow.index))
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

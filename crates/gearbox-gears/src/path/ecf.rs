@@ -27,7 +27,7 @@
 
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState};
 
 use super::{has_room, lowest_rtt};
 
@@ -75,8 +75,6 @@ impl PathGear for Ecf {
         self.waiting = false;
         Decision::new(s, format!("ecf:slow-earlier:{}", slow.index))
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState};
 
 use super::{has_room, lowest_rtt};
 
@@ -27,8 +27,6 @@ impl PathGear for MinRtt {
         let i = lowest_rtt(paths, |_| true).unwrap_or(0);
         Decision::new(i, format!("minrtt:all-full-lowest-srtt:{}", paths[i].index))
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

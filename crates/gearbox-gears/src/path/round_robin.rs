@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState};
 
 /// Round-robin over the paths that are up, by path index.
 #[derive(Debug, Clone, Default)]
@@ -36,8 +36,6 @@ impl PathGear for RoundRobin {
         self.last = Some(paths[i].index);
         Decision::new(i, format!("round-robin:turn:{}", paths[i].index))
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState, SRTT_HISTORY};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState, SRTT_HISTORY};
 use gearbox_policy::{Model, ModelError};
 
 use super::MinRtt;
@@ -230,8 +230,6 @@ impl PathGear for SailfishGear {
             }
         }
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]

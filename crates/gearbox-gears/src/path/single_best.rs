@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use gearbox_gear_api::{ClientRecord, Decision, PathGear, PathRequest, PathState};
+use gearbox_gear_api::{Decision, PathGear, PathRequest, PathState};
 
 use super::srtt_or_max;
 
@@ -40,8 +40,6 @@ impl PathGear for SingleBest {
         self.chosen = Some(paths[i].index);
         Decision::new(i, format!("single-best:chosen:{}", paths[i].index))
     }
-
-    fn observe(&mut self, _record: &ClientRecord, _now: Instant) {}
 }
 
 #[cfg(test)]
