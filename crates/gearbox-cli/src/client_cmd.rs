@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use gearbox_cc::{QuicCc, TcpCc};
 use gearbox_client::multipath::check_local_addrs;
-use gearbox_client::replay::{replay, PathScheduling, RecordLog, RecordingGear, ReplayOptions, Summary};
+use gearbox_client::replay::{replay, replay_page, PathScheduling, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{
     Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
@@ -338,6 +338,11 @@ pub struct LoadArgs {
     /// Replay the first N requests of the workload.
     #[arg(long, value_name = "N")]
     pub requests: Option<usize>,
+    /// Page workloads: load one page, the page of this seed (`WorkloadSpec::generate_page`),
+    /// at once on fresh connections, and exit; instead of one page per click of the workload.
+    /// The emulator half of `gearbox lab sailfish evaluate` loads its test pages this way.
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["requests", "duration_s"])]
+    pub page_seed: Option<u64>,
     /// Append one client record per request to this JSON-lines file.
     #[arg(long, value_name = "FILE")]
     pub telemetry: Option<PathBuf>,
@@ -403,6 +408,12 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             Some(path_scheduling(name, &a.sailfish_model, paths)?)
         }
     };
+    if a.page_seed.is_some() && !matches!(spec.pattern(), Some(Pattern::Page(_))) {
+        bail!(
+            "--page-seed loads a page of a page workload; workload {} has no pages (use --workload page)",
+            spec.name
+        );
+    }
     let (transport, gear) = a.gear.resolve(a.proto)?;
     let requests = spec.generate(a.seed, limit);
     if requests.is_empty() {
@@ -422,7 +433,10 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             paths: conn.local_addr.len().max(1),
             path_scheduler,
         };
-        let page_loads = replay(&client, &spec, a.seed, &requests, &options).await?;
+        let page_loads = match a.page_seed {
+            Some(page) => replay_page(&client, &spec, page, &options).await?,
+            None => replay(&client, &spec, a.seed, &requests, &options).await?,
+        };
         client.config().telemetry.finish().await;
         Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;

@@ -8,6 +8,10 @@
 //!    with the per-policy table and an HTML report (`gearbox lab demo`).
 //! 3. `wisetrans` (root): the WiseTrans comparison on a changing emulated path — TCP-only,
 //!    QUIC-only, race, v1, v2 and Ideal (`gearbox lab wisetrans demo`).
+//! 4. `floo`: Floo's controller selection against static controllers, in the simulator.
+//! 5. `sailfish` (root): the shipped SAILfish policy against stream MinRTT and HTTP/2 over
+//!    kernel MPTCP, real edge and multipath client on two contrasting emulated path pairs
+//!    (`gearbox lab sailfish evaluate --emulator` on a small grid).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -19,6 +23,10 @@ use gearbox_edge::{Edge, EdgeConfig};
 use gearbox_workload::{Limit, WorkloadSpec};
 
 use crate::client_cmd::{runtime, telemetry_sink};
+
+/// The two contrasting path pairs of the SAILfish part (SAILfish Table 5.2): two
+/// low-bandwidth paths of similar rates, and a fast lossy path beside a slow one.
+const SAILFISH_DEMO_PAIRS: &str = "t52-low-similar,t52-low-dissimilar";
 
 /// Which parts of the demo run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -33,8 +41,8 @@ pub enum Part {
     Wisetrans,
     /// Floo's controller selection against static controllers, in the simulator.
     Floo,
-    /// SAILfish's stream-to-path scheduling against the heuristics on two contrasting
-    /// path pairs, in the simulator.
+    /// SAILfish's stream-to-path scheduling against stream MinRTT and kernel MPTCP on two
+    /// contrasting path pairs, in the emulator.
     Sailfish,
 }
 
@@ -122,27 +130,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     if part == Part::Floo {
         return Ok(());
     }
-    if matches!(part, Part::All | Part::Sailfish) {
-        let dir = format!("{out}/sailfish");
-        lab_part(
-            "SAILfish: the shipped policy against stream MinRTT, ECF and round-robin on two contrasting path pairs, simulated",
-            &[
-                "sailfish",
-                "evaluate",
-                "--pairs",
-                "t52-low-similar,t52-homogeneous",
-                "--schemes",
-                "sailfish,minrtt,ecf,round-robin,path0,path1",
-                "--reps",
-                "2",
-                "--out",
-                &dir,
-            ],
-        )?;
-    }
-    if part == Part::Sailfish {
-        return Ok(());
-    }
     if let Some(why) = emulation_unavailable() {
         if part == Part::All {
             println!("\n(skipping the emulated parts: {why}; `gearbox demo --part loopback` is what runs here)");
@@ -155,6 +142,27 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         lab_part(
             "changing emulated path (WiFi -> lossy cellular -> UDP throttled)",
             &["demo", "--out", &dir],
+        )?;
+    }
+    if matches!(part, Part::All | Part::Sailfish) {
+        let dir = format!("{out}/sailfish");
+        lab_part(
+            "SAILfish: the shipped policy against stream MinRTT and kernel MPTCP on two contrasting Table 5.2 path pairs, in the emulator",
+            &[
+                "sailfish",
+                "evaluate",
+                "--emulator",
+                "--pairs",
+                SAILFISH_DEMO_PAIRS,
+                "--schemes",
+                "sailfish,minrtt,mptcp",
+                "--pages",
+                "0,3,6",
+                "--reps",
+                "2",
+                "--out",
+                &dir,
+            ],
         )?;
     }
     if matches!(part, Part::All | Part::Wisetrans) {

@@ -206,42 +206,15 @@ pub async fn replay_pages(
     for first in clicks {
         let page = spec.generate_page(page_seed(seed, first.click))?;
         tokio::time::sleep_until(options.send_time(start, first.send_at_ms)?).await;
-        let page_options = PageLoadOptions {
-            transport: options.transport,
+        let load = OnePage {
+            client: client.clone(),
+            page,
+            options: options.clone(),
+            click: first.click,
             path_index: options.path_index(first.client_index),
-            click: Some(first.click),
-            fresh_connection: first.new_connection,
+            fresh: first.new_connection,
         };
-        let client = client.clone();
-        let origin = options.target.clone();
-        let scheduling = options.path_scheduler.clone();
-        let multipath = MultipathOptions {
-            click: Some(first.click),
-            fresh_connections: first.new_connection,
-        };
-        let click = first.click;
-        running.spawn(async move {
-            match scheduling {
-                Some(scheduling) => {
-                    let mut scheduler = (scheduling.make)();
-                    match client
-                        .load_page_multipath(&origin, &page, scheduler.as_mut(), &multipath)
-                        .await
-                    {
-                        Ok(load) => Some(load.page.page_load_ms),
-                        Err(e) => {
-                            tracing::warn!(click, error = %e, "multipath page load failed");
-                            None
-                        }
-                    }
-                }
-                None => client
-                    .load_page_with(&origin, &page, &page_options)
-                    .await
-                    .ok()
-                    .map(|p| p.page_load_ms),
-            }
-        });
+        running.spawn(load.run());
     }
     let mut loads = Vec::new();
     while let Some(done) = running.join_next().await {
@@ -255,6 +228,86 @@ pub async fn replay_pages(
 /// The seed of the page of `click` in a run seeded `seed`.
 fn page_seed(seed: u64, click: u32) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(click))
+}
+
+/// Loads one page of a page workload, the page of seed `page_seed`
+/// ([`WorkloadSpec::generate_page`]), at once, as click 0 on fresh connections (on every
+/// path with a path scheduler, else on path 0); returns its load time in milliseconds,
+/// none when it failed. `gearbox load --page-seed` uses it, so that an evaluation loads
+/// the very pages the simulator loads (`gearbox lab sailfish evaluate --emulator`).
+pub async fn replay_page(
+    client: &Client,
+    spec: &WorkloadSpec,
+    page_seed: u64,
+    options: &ReplayOptions,
+) -> Result<Vec<f64>, ReplayError> {
+    options.check()?;
+    let load = OnePage {
+        client: client.clone(),
+        page: spec.generate_page(page_seed)?,
+        options: options.clone(),
+        click: 0,
+        path_index: 0,
+        fresh: true,
+    };
+    Ok(load.run().await.into_iter().collect())
+}
+
+/// One page load of a replay.
+struct OnePage {
+    client: Client,
+    page: gearbox_workload::Page,
+    options: ReplayOptions,
+    click: u32,
+    /// The path of every object when there is no path scheduler.
+    path_index: usize,
+    fresh: bool,
+}
+
+impl OnePage {
+    /// The page load time (ms), or none when the load failed.
+    async fn run(self) -> Option<f64> {
+        let OnePage {
+            client,
+            page,
+            options,
+            click,
+            path_index,
+            fresh,
+        } = self;
+        match options.path_scheduler {
+            Some(scheduling) => {
+                let mut scheduler = (scheduling.make)();
+                let multipath = MultipathOptions {
+                    click: Some(click),
+                    fresh_connections: fresh,
+                };
+                match client
+                    .load_page_multipath(&options.target, &page, scheduler.as_mut(), &multipath)
+                    .await
+                {
+                    Ok(load) => Some(load.page.page_load_ms),
+                    Err(e) => {
+                        tracing::warn!(click, error = %e, "multipath page load failed");
+                        None
+                    }
+                }
+            }
+            None => {
+                let page_options = PageLoadOptions {
+                    transport: options.transport,
+                    path_index,
+                    click: Some(click),
+                    fresh_connection: fresh,
+                };
+                client
+                    .load_page_with(&options.target, &page, &page_options)
+                    .await
+                    .ok()
+                    .map(|p| p.page_load_ms)
+            }
+        }
+    }
 }
 
 /// The records a [`RecordingGear`] saw, shared with whoever reads them after the replay

@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
     sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
-    sub.add_parser("sailfish", help="SAILfish's evaluation in the simulator (gearbox lab sailfish evaluate --help)")
+    sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
     return p
 
 

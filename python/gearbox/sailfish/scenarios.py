@@ -38,6 +38,8 @@ from gearbox.lab.scenario.model import PathSpec
 
 CLASSES = ("low-bdw similar", "low-bdw dissimilar", "homogeneous", "high-bdw dissimilar", "high-bdw similar")
 TABLE_5_1_FILES = (6, 10, 21, 25, 35, 35, 40, 47)
+# Table 5.1's page classes of the eight test pages, in the same order.
+PAGE_SIZES = ("small", "small", "small", "medium", "medium", "medium", "large", "large")
 TEST_PAGE_SEED_START = 1_000_000
 TRAIN_PAGE_SEEDS = range(0, TEST_PAGE_SEED_START)
 MIN_QUEUE_PACKETS = 64
