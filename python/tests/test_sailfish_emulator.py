@@ -114,3 +114,39 @@ def test_every_scheme_loads_every_object_of_a_page_over_two_emulated_paths(
     assert {s: v["timed_out"] for s, v in summary["schemes"].items()} == dict.fromkeys(schemes, 0)
     report = (out / "report.md").read_text()
     assert "in the emulator" in report and all(f"| {s} | 1 |" in report for s in schemes)
+
+
+def test_ctrl_c_stops_the_emulation_and_removes_its_namespaces(gearbox_bin: Path, tmp_path: Path) -> None:
+    """SIGINT once the first load has finished: the evaluation exits 130 without a
+    traceback, and the namespaces its `gearbox emu` made are gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    try:
+        environment.check_emulator()
+    except environment.LabError as e:
+        pytest.skip(str(e))
+    out = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "gearbox.sailfish.evaluate", "--emulator", "--pairs", TABLE_5_2[0].name]
+    cmd += ["--schemes", "minrtt,round-robin", "--reps", "5", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "GEARBOX_BIN": str(gearbox_bin)}, stderr=subprocess.PIPE, text=True)
+    progress = out / "emulator" / TABLE_5_2[0].name / "progress"
+    emu_pids: set[int] = set()
+    while proc.poll() is None and not (progress.exists() and progress.read_text().strip()):
+        emu_pids |= {c.pid for c in psutil.Process(proc.pid).children() if "emu" in c.cmdline()}
+        time.sleep(0.2)
+    assert proc.poll() is None, f"the evaluation ended before its first load: {proc.stderr.read()}"
+    assert emu_pids, "no gearbox emu was running"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    left = [n for n in names.split() if any(n.startswith(f"gbx{pid}x") for pid in emu_pids)]
+    assert not left, f"namespaces left behind: {left}"
+    assert all(not psutil.pid_exists(pid) for pid in emu_pids)

@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         except (LabError, RuntimeError) as e:
             print(f"gearbox lab sailfish evaluate: {e}", file=sys.stderr)
             return 1
+        except (KeyboardInterrupt, emulate.Interrupted):
+            print("gearbox lab sailfish evaluate: interrupted; the emulation was stopped", file=sys.stderr)
+            return 130
         streams = defaultdict(list)
         for r in rows:
             streams[r["scheme"]].extend(r["streams_ms"])
