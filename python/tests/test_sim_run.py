@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gearbox.lab import scenario as sc
+from gearbox.sim import fidelity
 from gearbox.sim import run as sim_run
 
 SMALL = """
@@ -68,6 +69,15 @@ def test_a_quic_scenario_runs_in_the_simulator_with_the_labs_table_and_report(
     config = (out / "runs" / "c000-bbr-r0" / "sim.toml").read_text()
     assert 'cc = "bbr"' in config and "initial_window = 20" in config and "rate_bps = 5000000" in config
 
+    # The fidelity comparison's reading of a lab folder: the mean RCT per condition.
+    measured = fidelity.measure(out)
+    for cond in ("c000", "c001"):
+        recs = _records(out / "runs" / f"{cond}-quic-r0" / "client.jsonl") + _records(
+            out / "runs" / f"{cond}-bbr-r0" / "client.jsonl"
+        )
+        assert measured[cond][1] == pytest.approx(sum(x["rct_ms"] for x in recs) / len(recs))
+        assert measured[cond][2] == len(recs)
+
     summary = json.loads((out / "summary.json").read_text())
     assert {p["policy"] for p in summary["policies"]} == {"quic", "bbr"}
     assert (out / "report.html").stat().st_size > 0
@@ -104,3 +114,19 @@ def test_what_the_simulator_cannot_run_is_refused_by_name(tmp_path: Path, change
     with pytest.raises(sc.ScenarioError) as e:
         sim_run.check(s)
     assert field in str(e.value) and words in str(e.value) and "gearbox lab run" in str(e.value)
+
+
+def test_the_fidelity_scenarios_are_ones_both_sides_run(tmp_path: Path) -> None:
+    paths = fidelity.write_scenarios(tmp_path, reps=2, duration_s=5.0)
+    counts = {}
+    for p in paths:
+        s = sc.load(p)
+        sim_run.check(s)  # nothing the simulator would refuse
+        assert s.repetitions == 2 and [x.name for x in s.policies] == ["quic"]
+        counts[s.name] = len(sc.conditions(s))
+    # The grid of 16 (rate x RTT x loss x buffer) and three traces, each with both workloads.
+    assert counts == {
+        f"fidelity-{shape}-{kind}": (16 if shape == "grid" else 1)
+        for shape in ("grid", *fidelity.TRACES)
+        for kind in ("app", "bulk")
+    }

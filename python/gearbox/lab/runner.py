@@ -94,8 +94,17 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: Path, key: Path) -> RunResult:
-    """Runs one emulation and says how it went; never raises for a failed run."""
+def run_one(
+    s: sc.Scenario,
+    run: Run,
+    emu: dict[str, Any],
+    gearbox: Path,
+    cert: Path,
+    key: Path,
+    realtime_endpoints: bool = False,
+) -> RunResult:
+    """Runs one emulation and says how it went; never raises for a failed run.
+    `realtime_endpoints`: `gearbox emu --realtime-endpoints` (docs/emu.md)."""
     run.dir.mkdir(parents=True, exist_ok=True)
     for name in ("edge.jsonl", "client.jsonl", "load.json"):
         (run.dir / name).unlink(missing_ok=True)  # gearbox appends; a rerun starts clean
@@ -105,6 +114,8 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
     limit = s.run_timeout_s
     cmd = [str(gearbox), "emu", "--config", str(config), "--server", server, "--client", client]
     cmd += ["--seed", str(run.link_seed), "--duration-s", f"{limit:g}", "--ready-ports", f"{PORT}/tcp,{PORT}/udp"]
+    if realtime_endpoints:
+        cmd.append("--realtime-endpoints")
     (run.dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     started = time.time()
     with (run.dir / "emu.log").open("wb") as log:
@@ -200,10 +211,12 @@ def run_scenario(
     progress: bool = True,
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
     backend: str = "emu",
+    realtime_endpoints: bool = False,
 ) -> Outcome:
     """Runs every run of the scenario, then collects and summarizes (see module doc).
     `backend`: "emu" (the emulator with the real edge and client) or "sim" (`gearbox sim
-    run`: the simulator, QUIC only; gearbox/sim/run.py)."""
+    run`: the simulator, QUIC only; gearbox/sim/run.py). `realtime_endpoints`: the edge and
+    client of each emulation under SCHED_FIFO (`gearbox emu --realtime-endpoints`)."""
     if jobs < 1:
         raise LabError(f"--jobs must be >= 1, got {jobs}")
     if backend not in ("emu", "sim"):
@@ -249,7 +262,7 @@ def run_scenario(
     def execute(run: Run) -> RunResult:
         if backend == "sim":
             return sim_run.run_one(s, run, emu[run.condition.id], gearbox)
-        return run_one(s, run, emu[run.condition.id], gearbox, cert, key)
+        return run_one(s, run, emu[run.condition.id], gearbox, cert, key, realtime_endpoints)
 
     if backend == "emu" and not (cert.exists() and key.exists()):
         r = subprocess.run(
