@@ -156,9 +156,11 @@ def run_pair(
     folder: Path,
     gearbox: Path,
     log=lambda m: print(m, file=sys.stderr),
+    realtime_endpoints: bool = False,
 ) -> dict[str, int]:
     """Runs every load of `pair` in one emulation; returns each load's exit status (the
-    `timeout` wrapper's 124 when it hung), missing for loads that never ran."""
+    `timeout` wrapper's 124 when it hung), missing for loads that never ran.
+    `realtime_endpoints`: `gearbox emu --realtime-endpoints` (docs/emu.md)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "loads").mkdir(exist_ok=True)
     for old in [*(folder / "loads").glob("*"), folder / "progress"]:
@@ -183,6 +185,8 @@ def run_pair(
     cmd = [str(gearbox), "emu", "--config", str(folder / "emu.toml"), "--server", server]
     cmd += ["--client", f"sh {q(str(folder / 'client.sh'))}", "--duration-s", str(limit)]
     cmd += ["--ready-ports", f"{PORT}/tcp,{PORT}/udp"]
+    if realtime_endpoints:
+        cmd.append("--realtime-endpoints")
     (folder / "command.txt").write_text(shlex.join(cmd) + "\n")
 
     def on_term(_signum, _frame):
@@ -304,10 +308,13 @@ def evaluate(
     out: Path,
     gearbox: Path | None = None,
     log=lambda m: print(m, file=sys.stderr),
+    realtime_endpoints: bool = False,
 ) -> list[dict]:
     """Every scheme on every pair x page x repetition in the emulator (module doc); one
     row per load with the pair's name and class added (`streams_ms` holds every stream's
-    completion time)."""
+    completion time). `realtime_endpoints`: the edge and the loads under SCHED_FIFO
+    below the relay (`gearbox emu --realtime-endpoints`), so that a busy machine adds no
+    scheduling delay to what they measure."""
     check_emulator()
     unknown = [s for s in schemes if s not in (*SCHEMES, *SINGLE)]
     if unknown:
@@ -327,7 +334,7 @@ def evaluate(
     for i, pair in enumerate(pairs):
         folder = (out / "emulator" / pair.name).resolve()
         log(f"sailfish evaluate: emulator {i + 1}/{len(pairs)}: {pair.name}, {len(loads)} page loads")
-        status = run_pair(pair, loads, model_dir, folder, gearbox, log)
+        status = run_pair(pair, loads, model_dir, folder, gearbox, log, realtime_endpoints)
         for load in loads:
             row = measure(load, folder, status.get(load.name))
             rows.append(

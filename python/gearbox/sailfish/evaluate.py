@@ -199,7 +199,8 @@ def report(summary: dict, schemes: list[str], meta: dict) -> str:
         f"# SAILfish {where}",
         "",
         f"{meta['pairs']} path pairs ({meta['table_pairs']} of Table 5.2 + {meta['held_apart']} held apart), "
-        f"{meta['pages']} test pages, {meta['reps']} repetitions; {meta['seconds']:.0f} s.",
+        f"{meta['pages']} test pages, {meta['reps']} repetitions; {meta['seconds']:.0f} s"
+        + ("; edge and client under SCHED_FIFO (--realtime-endpoints)." if meta.get("realtime_endpoints") else "."),
     ]
     lines += table("Mean stream completion time (ms) per class", "class", summary["by_class"])
     lines += table("Mean stream completion time (ms) per page size", "pages", summary["by_size"])
@@ -279,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the real edge and multipath client over two emulated paths instead of the simulator "
         "(root; schemes include kernel MPTCP; docs/sailfish.md)",
     )
+    ap.add_argument(
+        "--realtime-endpoints",
+        action="store_true",
+        help="with --emulator: edge and client under SCHED_FIFO below the relay (gearbox emu --realtime-endpoints), "
+        "so a busy machine adds no scheduling delay to what they measure",
+    )
     ap.add_argument("--out", type=Path, default=None, help="default out/sailfish-eval (out/sailfish-eval-emu)")
     args = ap.parse_args(argv)
     out = args.out or Path("out/sailfish-eval-emu" if args.emulator else "out/sailfish-eval")
@@ -292,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     held_apart = args.held_apart_per_class
     if held_apart is None:
         held_apart = 0 if args.emulator else 3
+    if args.realtime_endpoints and not args.emulator:
+        ap.error("--realtime-endpoints is an emulator setting: add --emulator")
     if args.reps < 1 or held_apart < 0:
         ap.error("--reps must be >= 1 and --held-apart-per-class >= 0")
     if "sailfish" in schemes and not (args.model_dir / "policy.json").exists():
@@ -320,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         from gearbox.sailfish import emulate
 
         try:
-            rows = emulate.evaluate(pairs, schemes, all_pages, args.reps, args.model_dir, out)
+            rows = emulate.evaluate(
+                pairs, schemes, all_pages, args.reps, args.model_dir, out, realtime_endpoints=args.realtime_endpoints
+            )
         except (LabError, RuntimeError) as e:
             print(f"gearbox lab sailfish evaluate: {e}", file=sys.stderr)
             return 1
@@ -349,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - t0,
         "model_dir": str(args.model_dir),
         "emulator": args.emulator,
+        "realtime_endpoints": args.realtime_endpoints,
     }
     (out / "summary.json").write_text(json.dumps({**summary, "meta": meta}, indent=1) + "\n")
     text = report(summary, schemes, meta)
