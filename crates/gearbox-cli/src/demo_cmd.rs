@@ -152,6 +152,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 "sailfish",
                 "evaluate",
                 "--emulator",
+                "--realtime-endpoints",
                 "--pairs",
                 SAILFISH_DEMO_PAIRS,
                 "--schemes",

@@ -29,6 +29,10 @@ open connection, as in the simulator; the page load time is the client's (`gearb
 A load is complete when every object of the page has a successful response; a failed
 attempt (a record with an error) is reported beside it.
 
+With `realtime_endpoints` the edge and the loads run under SCHED_FIFO below the relay
+(`gearbox emu --realtime-endpoints`, docs/emu.md): on a busy machine a user-space QUIC
+client waiting for a CPU would otherwise be timed against a kernel TCP one that does not.
+
 Namespaces are named per run by `gearbox emu` (unique) and removed when it exits, fails
 or is interrupted: on Ctrl-C or SIGTERM this module stops the emulation with SIGTERM and
 waits for its clean-up (its watchdog removes the namespaces even if it is killed).
