@@ -59,6 +59,36 @@ class RunResult:
     message: str = ""
     dir: str = ""
 
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        status: str,
+        exit_code: int | None,
+        started_s: float,
+        message: str,
+        client_records: int,
+        edge_records: int = 0,
+    ) -> RunResult:
+        """The result of `run`, started at `started_s` (Unix seconds) and ending now."""
+        return cls(
+            run_id=run.run_id,
+            condition_id=run.condition.id,
+            policy=run.policy.name,
+            proto=run.policy.proto,
+            repetition=run.repetition,
+            link_seed=run.link_seed,
+            workload_seed=run.workload_seed,
+            status=status,
+            exit_code=exit_code,
+            started_unix_ms=started_s * 1000.0,
+            wall_s=time.time() - started_s,
+            client_records=client_records,
+            edge_records=edge_records,
+            message=message,
+            dir=str(run.dir),
+        )
+
 
 def _commands(s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path) -> tuple[str, str]:
     """The --server and --client shell commands of one run."""
@@ -131,7 +161,6 @@ def run_one(
                 proc.kill()  # its watchdog removes the namespaces
                 proc.wait()
             code = None
-    wall = time.time() - started
     status, message = "ok", ""
     if code == 124:
         status, message = "timeout", f"the client was still running after {limit:g} s (timeout_s) and was stopped"
@@ -146,22 +175,14 @@ def run_one(
             f"the gear ran without its model ({len(fallback)} decisions say why=no-model, first: {fallback[0]!r}); "
             + message
         ).rstrip("; ")
-    return RunResult(
-        run_id=run.run_id,
-        condition_id=run.condition.id,
-        policy=run.policy.name,
-        proto=run.policy.proto,
-        repetition=run.repetition,
-        link_seed=run.link_seed,
-        workload_seed=run.workload_seed,
-        status=status,
-        exit_code=code,
-        started_unix_ms=started * 1000.0,
-        wall_s=wall,
+    return RunResult.of(
+        run,
+        status,
+        code,
+        started,
+        message,
         client_records=_count_lines(run.dir / "client.jsonl"),
         edge_records=_count_lines(run.dir / "edge.jsonl"),
-        message=message,
-        dir=str(run.dir),
     )
 
 

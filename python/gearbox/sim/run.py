@@ -125,22 +125,7 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path) -> Run
         status = "failed"
         message = f"gearbox sim exec exited with {r.returncode}: " + " | ".join(r.stderr.strip().splitlines()[-3:])
     n = sum(1 for line in records.open() if line.strip()) if records.exists() else 0
-    return RunResult(
-        run_id=run.run_id,
-        condition_id=run.condition.id,
-        policy=run.policy.name,
-        proto=run.policy.proto,
-        repetition=run.repetition,
-        link_seed=run.link_seed,
-        workload_seed=run.workload_seed,
-        status=status,
-        exit_code=r.returncode,
-        started_unix_ms=started * 1000.0,
-        wall_s=time.time() - started,
-        client_records=n,
-        message=message,
-        dir=str(run.dir),
-    )
+    return RunResult.of(run, status, r.returncode, started, message, client_records=n)
 
 
 def main(argv: list[str] | None = None) -> int:
