@@ -368,7 +368,9 @@ def test_native_client_swaps_pushed_transport_models_mid_run_refuses_corrupt_one
             stderr=(tmp_path / "load.log").open("wb"),
         )
         try:
-            assert wait_for(lambda: 1 in _decision_policies(lines(client_jsonl)), 60), (tmp_path / "load.log").read_text()
+            assert wait_for(lambda: 1 in _decision_policies(lines(client_jsonl)), 60), (
+                tmp_path / "load.log"
+            ).read_text()
             assert _push(control, "wisetrans", REPO / "models" / "wisetrans-bbr", "--activate")[0] == 0
             assert load.wait(timeout=180) == 0, (tmp_path / "load.log").read_text()
         finally:

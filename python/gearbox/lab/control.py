@@ -101,10 +101,7 @@ def prepare(s: Any, run_dir: Path, cert: Path, key: Path) -> RunControl:
 
 def _flags(c: RunControl, role: str, spool: Path) -> str:
     q = shlex.quote
-    return (
-        f"--control {c.url} --token {q(c.tokens[role])} --control-ca {q(str(c.cert))} "
-        f"--spool {q(str(spool))}"
-    )
+    return f"--control {c.url} --token {q(c.tokens[role])} --control-ca {q(str(c.cert))} --spool {q(str(spool))}"
 
 
 def edge_flags(c: RunControl, run_dir: Path) -> str:
@@ -202,7 +199,15 @@ def start(d: Path) -> int:
     if later:
         # In the server's process group: gearbox emu stops it with the edge.
         subprocess.Popen(
-            [sys.executable, "-m", "gearbox.lab.control", "later", str(d), "--since", str(time.time() - (time.monotonic() - started))],
+            [
+                sys.executable,
+                "-m",
+                "gearbox.lab.control",
+                "later",
+                str(d),
+                "--since",
+                str(time.time() - (time.monotonic() - started)),
+            ],
             stdin=subprocess.DEVNULL,
         )
     return 0

@@ -69,7 +69,8 @@ def _commands(
     gb = q(str(gearbox))
     d = run.dir
     server = (
-        f"{control.server_prefix(ctl) if ctl else ''}exec {gb} edge --listen $GEARBOX_SERVER_ADDR:{PORT} --cert {q(str(cert))} --key {q(str(key))} "
+        f"{control.server_prefix(ctl) if ctl else ''}"
+        f"exec {gb} edge --listen $GEARBOX_SERVER_ADDR:{PORT} --cert {q(str(cert))} --key {q(str(key))} "
         f"--telemetry {q(str(d / 'edge.jsonl'))}"
     )
     if run.policy.edge_args:
@@ -142,16 +143,22 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
         tail = (run.dir / "emu.log").read_text(errors="replace").strip().splitlines()[-3:]
         message = f"gearbox emu exited with {code}: " + " | ".join(tail)
     if ctl:
-        checked = control.check(run.dir)
+        try:
+            checked = control.check(run.dir)
+        except Exception as e:  # noqa: BLE001 - a run's failure, reported as such
+            checked = {"ok": False, "sides": {}, "pushed": [], "error": f"{type(e).__name__}: {e}"}
         sides = checked["sides"]
         if not checked["ok"] and status == "ok":
             status = "failed"
             message = "control plane: " + "; ".join(
-                f"{side}: {v['written']} records written, {v['stored']} stored ({v['missing']} missing, {v['twice']} twice)"
+                f"{side}: {v['written']} records written, {v['stored']} stored "
+                f"({v['missing']} missing, {v['twice']} twice)"
                 for side, v in sides.items()
             )
             if not all(p.get("ok") for p in checked["pushed"]):
                 message += "; a policy push failed (control/pushes.log)"
+            if "error" in checked:
+                message += f"; the store could not be read: {checked['error']} (control/serve.log)"
     fallback = [d for name in ("client.jsonl", "edge.jsonl") for d in without_model(read_records(run.dir / name))]
     if fallback:
         status = "failed"
