@@ -425,3 +425,45 @@ def test_native_client_swaps_pushed_transport_models_mid_run_refuses_corrupt_one
         if edge is not None:
             stop(edge)
         control.stop()
+
+
+def test_the_python_client_uploads_its_records_with_control_and_a_later_client_sends_what_an_outage_left(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """`gearbox.Client(control={...})`: the records go to the spool and to the control plane, each
+    stored once; records made while the service is down wait in the spool for the next client."""
+    control = control_plane(tmp_path / "control", "store")
+    edge = None
+    telemetry = tmp_path / "client.jsonl"
+    settings = {
+        "url": control.url,
+        "token": control.tokens["client"],
+        "ca": str(control.cert),
+        "spool": str(tmp_path / "spool"),
+        "batch_records": 3,
+    }
+    try:
+        edge, port = start_edge(gearbox_bin, control, tmp_path, "edge")
+        with pytest.raises(ValueError, match="unknown field `tokn`"):
+            gearbox.Client(control={**settings, "tokn": "x"})
+        with pytest.raises(ValueError, match="no transport gear with models to poll"):
+            gearbox.Client(control={**settings, "policies": str(tmp_path / "p")})
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            for transport in ("tcp", "quic", "h1", "tcp", "quic"):
+                c.get(f"https://127.0.0.1:{port}/bytes/1500", transport=transport)
+        control.stop()
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            for _ in range(4):
+                c.get(f"https://127.0.0.1:{port}/bytes/700", transport="quic")
+        assert spooled_batches(tmp_path / "spool") > 0  # the service was down: they wait
+        control.start()
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            c.get(f"https://127.0.0.1:{port}/bytes/10", transport="tcp")
+        assert spooled_batches(tmp_path / "spool") == 0
+        written = lines(telemetry)
+        assert len(written) == 10
+        assert Counter(key(r) for r in stored(control) if r["side"] == "client") == Counter(key(r) for r in written)
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()
