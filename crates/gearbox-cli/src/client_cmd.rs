@@ -24,7 +24,9 @@ use gearbox_dataplane::control::{ControlClient, ControlConfig, PolicyPoller};
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_gears::path::{scheduler as path_scheduler, SailfishGear, SCHEDULERS};
 use gearbox_gears::transport::swap::version_of;
-use gearbox_gears::transport::{transport_gear, Mode, MonitorSlot, SwappableWiseTrans, TransportConfig, WISETRANS_GEAR};
+use gearbox_gears::transport::{
+    transport_gear, Mode, MonitorSlot, SwappableWiseTrans, TransportConfig, WISETRANS_GEAR,
+};
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
 use crate::control_args::ControlArgs;
@@ -240,10 +242,7 @@ fn control_sink(path: Option<&Path>, control: Option<&ControlConfig>) -> anyhow:
 /// is loaded into the slot now, so a client started while the control plane is down runs
 /// what it ran before.
 fn client_poller(control: &ControlConfig, slot: MonitorSlot) -> anyhow::Result<PolicyPoller> {
-    let root = control
-        .policies
-        .as_deref()
-        .context("client_poller needs --policies")?;
+    let root = control.policies.as_deref().context("client_poller needs --policies")?;
     let mut poller = PolicyPoller::new(
         ControlClient::new(control)?,
         root,

@@ -490,8 +490,7 @@ fn control_config(obj: &Bound<'_, PyAny>) -> PyResult<ControlConfig> {
         .call_method1("dumps", (obj,))
         .and_then(|t| t.extract())
         .map_err(|e| PyValueError::new_err(format!("control: not JSON-like: {e}")))?;
-    let c: ControlConfig =
-        serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("control: {e}")))?;
+    let c: ControlConfig = serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("control: {e}")))?;
     if c.policies.is_some() || c.poll_interval_s.is_some() {
         return Err(PyValueError::new_err(
             "control: policies, poll_interval_s: the Python client runs no transport gear with models to poll; `gearbox load --control ... --policies DIR` does",

@@ -44,7 +44,9 @@ pub struct MonitorSlot {
 
 impl std::fmt::Debug for MonitorSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MonitorSlot").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("MonitorSlot")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -145,7 +147,8 @@ mod tests {
 
     #[test]
     fn a_gear_without_models_takes_polled_ones_at_its_next_decision_and_names_their_version() {
-        let (mut gear, slot) = SwappableWiseTrans::new(Mode::WiseTransV2, None, None, TransportConfig::default()).unwrap();
+        let (mut gear, slot) =
+            SwappableWiseTrans::new(Mode::WiseTransV2, None, None, TransportConfig::default()).unwrap();
         let now = Instant::now();
         let before = gear.choose("a:443", now).reason;
         assert!(before.contains("why=no-model"), "{before}");
@@ -180,7 +183,10 @@ mod tests {
     #[test]
     fn only_modes_with_models_are_swappable_and_versions_come_from_folder_names() {
         for m in [Mode::Tcp, Mode::Quic, Mode::Race, Mode::Strawman, Mode::Oracle] {
-            assert!(SwappableWiseTrans::new(m, None, None, TransportConfig::default()).is_none(), "{m}");
+            assert!(
+                SwappableWiseTrans::new(m, None, None, TransportConfig::default()).is_none(),
+                "{m}"
+            );
         }
         assert_eq!(version_of(Path::new("/p/wisetrans/v12")), Some(12));
         assert_eq!(version_of(Path::new("/p/models/wisetrans")), None);
