@@ -540,7 +540,10 @@ def write_report(out: Path) -> Path:
                         f"{p['gear']} at {p['after_s']:.1f} s{'' if p.get('ok') else ' (failed)'}"
                         for p in c.get("pushed", [])
                     ),
-                    ", ".join(f"v{k}: {n}" for k, n in c.get("client_requests_by_policy_version", {}).items()),
+                    ", ".join(
+                        f"{'no registry version' if k == 'none' else 'v' + k}: {n}"
+                        for k, n in c.get("client_requests_by_policy_version", {}).items()
+                    ),
                     ", ".join(f"table {k}: {n}" for k, n in c.get("edge_records_by_table_version", {}).items()),
                 ]
             )
