@@ -19,6 +19,18 @@ pub enum SimCommand {
     /// Run one simulation from a config file (docs/sim.md) and write its client
     /// records (JSON lines, `source = "sim"`).
     Exec(ExecArgs),
+    /// Run a lab scenario file (docs/lab.md) in the simulator: the lab's runs, results
+    /// table, summary and report, no root (Python, `gearbox sim run --help`).
+    #[command(disable_help_flag = true)]
+    Run(RunArgs),
+}
+
+/// `gearbox sim run` arguments: passed on untouched to the Python side
+/// (`python/gearbox/sim/run.py`), which shares the lab's scenario reader and reports.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
 /// `gearbox sim exec` arguments.
@@ -36,6 +48,12 @@ pub struct ExecArgs {
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
     match a.what {
         SimCommand::Exec(e) => exec(e),
+        SimCommand::Run(r) => {
+            use std::os::unix::process::CommandExt;
+            let (mut cmd, python) = crate::lab_cmd::python_module("gearbox.sim.run", "gearbox sim run", &r.args)?;
+            let err = cmd.exec();
+            Err(crate::lab_cmd::start_error(&python, &err))
+        }
     }
 }
 

@@ -230,19 +230,29 @@ def run_scenario(
     force: bool = False,
     progress: bool = True,
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    backend: str = "emu",
 ) -> Outcome:
-    """Runs every run of the scenario, then collects and summarizes (see module doc)."""
+    """Runs every run of the scenario, then collects and summarizes (see module doc).
+    `backend`: "emu" (the emulator with the real edge and client) or "sim" (`gearbox sim
+    run`: the simulator, QUIC only; gearbox/sim/run.py)."""
     if jobs < 1:
         raise LabError(f"--jobs must be >= 1, got {jobs}")
+    if backend not in ("emu", "sim"):
+        raise LabError(f"unknown backend {backend!r}: emu or sim")
     check_models(s)
+    if backend == "sim":
+        from gearbox.sim import run as sim_run
+
+        sim_run.check(s)
     gearbox = (gearbox or find_gearbox()).resolve()
     out = out.resolve()
-    check_emulator()
+    if backend == "emu":
+        check_emulator()
     if (out / "runs.json").exists() and not force:
         raise LabError(
             f"{out} already holds results of a lab run: pass --force to replace them, or choose another --out"
         )
-    if "/target/debug/" in str(gearbox):
+    if backend == "emu" and "/target/debug/" in str(gearbox):
         log(
             f"gearbox lab: using the debug build {gearbox}; its edge and client are slow, so RCTs are inflated: "
             "`cargo build --release -p gearbox-cli` for numbers to report"
@@ -266,7 +276,13 @@ def run_scenario(
         raise LabError("the live oracle (--gear oracle) reads the static runs before it runs: use --jobs 1")
     conds, runs, emu = prepare(s, out, gearbox)
     cert, key = out / "cert.pem", out / "key.pem"
-    if not (cert.exists() and key.exists()):
+
+    def execute(run: Run) -> RunResult:
+        if backend == "sim":
+            return sim_run.run_one(s, run, emu[run.condition.id], gearbox)
+        return run_one(s, run, emu[run.condition.id], gearbox, cert, key)
+
+    if backend == "emu" and not (cert.exists() and key.exists()):
         r = subprocess.run(
             [str(gearbox), "cert", "--name", "10.0.0.1,localhost", "--cert", str(cert), "--key", str(key)],
             capture_output=True,
@@ -275,7 +291,8 @@ def run_scenario(
         if r.returncode != 0:
             raise LabError(f"gearbox cert failed: {r.stderr.strip()}")
     log(
-        f"gearbox lab: {s.name}: {len(conds)} condition(s) x {len(s.policies)} policies x {s.repetitions} "
+        f"gearbox {'lab' if backend == 'emu' else 'sim'}: {s.name}: "
+        f"{len(conds)} condition(s) x {len(s.policies)} policies x {s.repetitions} "
         f"repetition(s) = {len(runs)} runs of ~{s.duration_s:g} s, into {out}"
     )
     results: list[RunResult] = []
@@ -285,12 +302,12 @@ def run_scenario(
             for run in runs:
                 if bar is not None:
                     bar.set_postfix_str(f"{run.condition.id} {run.policy.name} r{run.repetition}")
-                res = run_one(s, with_oracle(s, run, results), emu[run.condition.id], gearbox, cert, key)
+                res = execute(with_oracle(s, run, results))
                 results.append(res)
                 _note(res, bar, log)
         else:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(run_one, s, run, emu[run.condition.id], gearbox, cert, key) for run in runs]
+                futures = [pool.submit(execute, run) for run in runs]
                 for f in as_completed(futures):
                     res = f.result()
                     results.append(res)
