@@ -65,7 +65,9 @@ impl EdgeProcess {
         std::fs::create_dir_all(&www).unwrap();
         // Not all zero, so nothing along the way could shortcut it.
         let mut f = std::fs::File::create(www.join("big.bin")).unwrap();
-        let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let block: Vec<u8> = (0..1 << 20)
+            .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
         for _ in 0..FILE_BYTES >> 20 {
             f.write_all(&block).unwrap();
         }
@@ -201,9 +203,12 @@ async fn stall(edge: &EdgeProcess) -> Stalled {
     for _ in 0..CONNECTIONS {
         let tcp = tokio::net::TcpStream::connect(edge.addr()).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let tls = bounded("TLS", tokio_rustls::TlsConnector::from(tls_cfg.clone()).connect(name, tcp))
-            .await
-            .unwrap();
+        let tls = bounded(
+            "TLS",
+            tokio_rustls::TlsConnector::from(tls_cfg.clone()).connect(name, tcp),
+        )
+        .await
+        .unwrap();
         let deaf = Arc::new(AtomicBool::new(false));
         let io = Deaf {
             inner: tls,
@@ -307,7 +312,7 @@ async fn growth_under_stall(quic_send_window: u64, h2_send_buffer: u64) -> (u64,
     let edge = EdgeProcess::start(
         "idle_timeout_ms = 600000",
         &format!(
-        "max_streams_per_connection = {STREAMS}\nquic_send_window_bytes = {quic_send_window}\n\
+            "max_streams_per_connection = {STREAMS}\nquic_send_window_bytes = {quic_send_window}\n\
          h2_send_buffer_bytes = {h2_send_buffer}\n\
          send_timeout_ms = 600000\nconnection_idle_timeout_ms = 600000\n\
          keep_alive_interval_ms = 600000\nkeep_alive_timeout_ms = 600000\n"

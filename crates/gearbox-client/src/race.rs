@@ -355,7 +355,16 @@ impl Client {
                 })?;
             let cc = self.inner.cfg.quic_cc.name();
             let (idle, floor) = (self.inner.cfg.idle_timeout, self.inner.cfg.quic_silence_floor);
-            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id(), idle, floor).await
+            open_h3(
+                dial,
+                &endpoint,
+                self.inner.quic.clone(),
+                cc,
+                self.next_id(),
+                idle,
+                floor,
+            )
+            .await
         };
         tokio::pin!(quic);
         let head_start = tokio::time::sleep(delay);

@@ -215,7 +215,9 @@ fn quic_server_config(
         // Memory per connection (docs/edge.md "Memory"): response bytes held until
         // acknowledged, and request bytes held until read. Validated at start.
         .send_window(limits.quic_send_window_bytes)
-        .stream_receive_window(quinn::VarInt::from_u64(limits.quic_stream_receive_window_bytes).unwrap_or(quinn::VarInt::MAX))
+        .stream_receive_window(
+            quinn::VarInt::from_u64(limits.quic_stream_receive_window_bytes).unwrap_or(quinn::VarInt::MAX),
+        )
         .receive_window(quinn::VarInt::from_u64(limits.quic_receive_window_bytes).unwrap_or(quinn::VarInt::MAX))
         .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(config.idle_timeout_ms)).ok());
     let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());

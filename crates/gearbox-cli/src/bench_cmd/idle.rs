@@ -101,7 +101,11 @@ fn quic_close_cause(e: &quinn::ConnectionError) -> String {
 }
 
 fn count_close(closes: &Mutex<BTreeMap<String, u64>>, cause: String) {
-    *closes.lock().unwrap_or_else(|p| p.into_inner()).entry(cause).or_insert(0) += 1;
+    *closes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(cause)
+        .or_insert(0) += 1;
 }
 
 /// Which transport an idle set uses.
@@ -245,7 +249,9 @@ async fn open_h3(
     let task = tokio::spawn(async move {
         let _ = driver.wait_idle().await;
         alive.fetch_sub(1, Ordering::Relaxed);
-        let cause = quic.close_reason().map_or_else(|| "the HTTP/3 driver ended".into(), |e| quic_close_cause(&e));
+        let cause = quic
+            .close_reason()
+            .map_or_else(|| "the HTTP/3 driver ended".into(), |e| quic_close_cause(&e));
         count_close(&closes, cause);
     });
     Ok(Holder::H3(conn, send, task))

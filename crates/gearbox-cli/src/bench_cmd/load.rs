@@ -685,9 +685,17 @@ fn print_report(
         g.open_udp_drops.0,
         c.open_udp_drops.0,
     );
-    count("UDP drops elsewhere, idle QUIC opening", g.open_udp_drops.1, c.open_udp_drops.1);
+    count(
+        "UDP drops elsewhere, idle QUIC opening",
+        g.open_udp_drops.1,
+        c.open_udp_drops.1,
+    );
     for (label, gx, cx) in [("h2", &g.h2, &c.h2), ("h3", &g.h3, &c.h3)] {
-        count(&format!("UDP drops at the server, {label} active"), gx.udp_drops.0, cx.udp_drops.0);
+        count(
+            &format!("UDP drops at the server, {label} active"),
+            gx.udp_drops.0,
+            cx.udp_drops.0,
+        );
         count(
             &format!("UDP drops at the idle QUIC socket, {label} active"),
             gx.idle_socket_drops,
