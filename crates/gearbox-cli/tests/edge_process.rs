@@ -428,6 +428,7 @@ async fn an_edge_killed_mid_response_over_http3_is_a_typed_error_not_a_hang() {
     edge.child.wait().unwrap();
     let (result, record) = bounded("the client's answer after the kill", request).await.unwrap();
     let err = result.expect_err("the edge was killed mid-response");
+    eprintln!("after the kill: {err}");
     assert!(
         matches!(
             &err,

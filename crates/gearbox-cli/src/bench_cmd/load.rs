@@ -125,6 +125,9 @@ struct Active {
     mem: ProcMem,
 }
 
+/// Counts by cause, as the report lists them.
+type Causes = Vec<(String, u64)>;
+
 /// Everything measured against one server.
 #[derive(Debug, Default)]
 struct ServerFigures {
@@ -143,7 +146,7 @@ struct ServerFigures {
     /// Idle connections still open after both active measurements: (TCP, QUIC).
     alive_after: (u64, u64),
     /// Idle connections that ended before the bench closed them, by cause: (TCP, QUIC).
-    closes: (Vec<(String, u64)>, Vec<(String, u64)>),
+    closes: (Causes, Causes),
     /// UDP datagrams dropped for a full receive buffer while the idle QUIC connections
     /// were opened: (at the server's socket, elsewhere).
     open_udp_drops: (u64, u64),
@@ -234,12 +237,32 @@ pub fn run(a: LoadBenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The idle connections live on a thread of their own: on the active clients' thread,
+    // a busy moment left their one UDP socket undrained, the kernel dropped the servers'
+    // PINGs there (counted by the report's "idle QUIC socket" rows), and idle QUIC
+    // connections timed out for the bench's own stalls.
+    let idle_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("bench-idle")
+        .enable_all()
+        .build()
+        .context("cannot start the idle connections' runtime")?;
     let started = Instant::now();
     let mut figures = Vec::new();
     for (name, server) in [("gearbox", &edge), ("caddy", &caddy)] {
-        let f = rt.block_on(measure_server(name, server, &a, idle_n, &cert, &spec, &pool))?;
+        let f = rt.block_on(measure_server(
+            name,
+            server,
+            &a,
+            idle_n,
+            &cert,
+            &spec,
+            &pool,
+            idle_rt.handle(),
+        ))?;
         figures.push(f);
     }
+    drop(idle_rt);
     let wall_s = started.elapsed().as_secs_f64();
     drop(edge);
     drop(caddy);
@@ -309,6 +332,7 @@ fn start_edge(dir: &Path, cert: &Path, key: &Path, www: &Path, max_connections: 
     Server::start("gearbox edge", cmd, port, dir.join("edge.log"))
 }
 
+#[allow(clippy::too_many_arguments)] // the run's pieces, each used
 async fn measure_server(
     name: &str,
     server: &Server,
@@ -317,15 +341,22 @@ async fn measure_server(
     cert: &Path,
     spec: &WorkloadSpec,
     pool: &[u64],
+    idle_rt: &tokio::runtime::Handle,
 ) -> anyhow::Result<ServerFigures> {
+    // Opens an idle set on the idle runtime, where its tasks and its endpoint then run.
+    let open_idle = |kind: IdleKind| {
+        let (cert, parallel) = (cert.to_path_buf(), a.open_parallel);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.port));
+        let task = idle_rt.spawn(async move { idle::open(kind, addr, &cert, idle_n, parallel).await });
+        async move { task.await.context("the idle connections' task failed")? }
+    };
     let pid = server.pid();
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.port));
     let mut f = ServerFigures {
         start: proc_mem(pid),
         ..ServerFigures::default()
     };
     eprintln!("bench: {name}: opening {idle_n} idle TLS/TCP (h2) connections");
-    let tcp = idle::open(IdleKind::TcpH2, addr, cert, idle_n, a.open_parallel).await?;
+    let tcp = open_idle(IdleKind::TcpH2).await?;
     settle().await;
     f.after_tcp = proc_mem(pid);
     eprintln!(
@@ -338,7 +369,7 @@ async fn measure_server(
     );
     eprintln!("bench: {name}: opening {idle_n} idle QUIC (h3) connections");
     let drops0 = udp_drops(server.port);
-    let quic = idle::open(IdleKind::QuicH3, addr, cert, idle_n, a.open_parallel).await?;
+    let quic = open_idle(IdleKind::QuicH3).await?;
     settle().await;
     f.open_udp_drops = udp_drops(server.port).since(drops0);
     f.after_quic = proc_mem(pid);
