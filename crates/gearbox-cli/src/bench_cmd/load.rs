@@ -7,9 +7,10 @@
 //! request rate and latency of the active clients. Servers are measured one after the
 //! other (each with its own idle connections), under the same client.
 //!
-//! The load generator shares the machine's cores with the server it measures. It runs on
-//! a runtime of `--client-threads` threads (one by default), so that on two cores it can
-//! never take more than one from the server; its CPU and the server's are printed beside
+//! The load generator shares the machine's cores with the server it measures. Its active
+//! clients run on a runtime of `--client-threads` threads (one by default) and its idle
+//! connections on one thread more, which only answers and sends PINGs, so that on two
+//! cores it takes little more than one from the server; its CPU and the server's are printed beside
 //! each figure, as in `gearbox bench edge`, so a client-bound figure shows as such. The
 //! alternative, a separate load-generating program (h2load, wrk), was rejected: none
 //! speaks HTTP/3 from Debian's packages, and two tools would measure the two protocols
