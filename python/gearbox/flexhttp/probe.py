@@ -77,7 +77,7 @@ def tcp_info(sock: socket.socket) -> dict:
         "total_retrans": total_retrans,
         "bytes_acked": bytes_acked,
         "data_segs_out": data_segs_out,
-        }
+    }
 
 
 class _Session:
