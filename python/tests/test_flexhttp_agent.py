@@ -143,9 +143,9 @@ def agent(tmp_path: Path):  # noqa: ANN201
         a.stop()
 
 
-def entries(n: int, seed: int) -> list[dict]:
+def entries(n: int, seed: int, region: str = "all") -> list[dict]:
     rng = np.random.default_rng(seed)
-    x, h2, h3 = world(rng, n)
+    x, h2, h3 = world(rng, n, region)
     xs, versions, si = measured(rng, x, h2, h3)
     now = time.time() * 1000
     return [entry_of([float(v) for v in row], ver, float(s), now) for row, ver, s in zip(xs, versions, si, strict=True)]
@@ -199,7 +199,7 @@ def test_uploads_need_a_token_and_a_bounded_body(agent) -> None:  # noqa: ANN001
 def test_pool_trains_and_serves_a_versioned_forest(agent, tmp_path: Path) -> None:  # noqa: ANN001
     from gearbox.flexhttp.client import AgentClient
 
-    good = entries(150, 3)
+    good = entries(100, 3) + entries(50, 4, region="bad")
     bad = json.loads(json.dumps(good[:2]))
     del bad[1]["page"]["css_bytes"]
     with agent.http("client") as http:
