@@ -11,7 +11,9 @@ over the three level indices, so a small sample still spreads over the whole gri
 §4's five configurations instead. Pages come from the page kit (`gearbox pages gen`, Table 1's page
 set). For each condition one `gearbox emu` run serves the pages from our edge and our client's page
 loader (RFC 9218 priorities, dependency order, a new connection per load) loads every page over HTTP/2
-and HTTP/3 `reps` times, alternating which version goes first. One JSON line per load in
+and HTTP/3 `reps` times, alternating which version goes first. The page set is the kit's first `pages`
+pages of at most `max_page_bytes` (3 MB by default: the lab time of one 11 MB page at 0.5 Mbit/s is
+minutes per load; the docs say what this leaves out). One JSON line per load in
 `DIR/loads.jsonl`: the condition, the page, the version, the page load time (PLT). The page load time is
 the fast proxy for Speed Index the issue asks for; Chromium's SI (`gearbox pages measure`) measures the
 same conditions and pages when wanted. `--jobs J` runs J conditions at once, each in its own namespaces.
@@ -108,18 +110,23 @@ def dataset(
     jobs: int,
     seed: int,
     request_timeout_s: float,
+    max_page_bytes: float = 3e6,
+    gearbox: Path | None = None,
 ) -> Path:
     from gearbox.pages.generate import generate
 
-    gearbox = _gearbox_bin()
+    gearbox = gearbox or _gearbox_bin()
     out.mkdir(parents=True, exist_ok=True)
     sites = out / "sites"
     if not (sites / "pages.json").is_file():
-        generate(sites, pages, pages_seed)
+        generate(sites, 3 * pages, pages_seed)
     manifest = json.loads((sites / "pages.json").read_text())
-    names = [p["name"] for p in manifest["pages"]][:pages]
+    names = [p["name"] for p in manifest["pages"] if p["features"]["all_bytes"] <= max_page_bytes][:pages]
     if len(names) < pages:
-        raise FlexLabError(f"{sites}: {len(names)} pages, {pages} asked for (remove it to generate again)")
+        raise FlexLabError(
+            f"{sites}: {len(names)} pages of at most {max_page_bytes:g} bytes, {pages} asked for "
+            "(remove it to generate again, or raise --max-page-bytes)"
+        )
     (out / "conditions.json").write_text(json.dumps([asdict(c) for c in conditions], indent=1) + "\n")
     cert, key = out / "cert.pem", out / "key.pem"
     if not cert.is_file():
@@ -131,10 +138,10 @@ def dataset(
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     todo = [c for c in conditions if not (runs / f"{condition_id(c)}.done").exists()]
-    est = sum(_estimate_s(c, manifest, names) for c in todo) * reps * 2
+    est = sum(_estimate_s(c, manifest, names) for c in todo) * len(names) * reps * 2
     print(
         f"flexhttp dataset: {len(conditions)} conditions ({len(conditions) - len(todo)} done), {len(names)} pages, "
-        f"{reps} reps x h2, h3: {len(todo) * len(names) * reps * 2} loads, about {est / 60 / jobs:.0f} min "
+        f"{reps} reps x h2, h3: {len(todo) * len(names) * reps * 2} loads, at least {est / 60 / jobs:.0f} min "
         f"with --jobs {jobs}",
         flush=True,
     )
@@ -328,7 +335,7 @@ def grouped_cv(model_fn, x: np.ndarray, y: np.ndarray, cond: np.ndarray, folds: 
 
 
 def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) -> dict:
-    from gearbox.flexhttp.forest import export, fit_forest
+    from gearbox.flexhttp.forest import TrainError, export, fit_forest
     from gearbox.flexhttp.labels import choose_k, label
 
     rows, pages = read_dataset(dataset_dir)
@@ -395,9 +402,13 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
         }
     report["kmeans"] = kmeans
     # The exported model: as the agent trains it.
+    out.mkdir(parents=True, exist_ok=True)
     lab = label(lx, lv, lsi, k=auto_k, seed=seed)
-    summary = export(out / "model", lx, lab, seed, note=f"lab dataset {dataset_dir.name}, {len(rows)} loads")
-    report["model"] = summary | {"dir": str(out / "model")}
+    try:
+        summary = export(out / "model", lx, lab, seed, note=f"lab dataset {dataset_dir.name}, {len(rows)} loads")
+        report["model"] = summary | {"dir": str(out / "model")}
+    except TrainError as e:
+        report["model"] = {"error": str(e)}
     # And the same forest on the ground truth, for evaluate's comparison.
     gt = fit_forest(x, y, seed) if len(set(y.tolist())) == 2 else None
     if gt is not None:
@@ -405,7 +416,6 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
 
         save_forest(gt, out / "forest-ground-truth.json", list(FEATURES))
     report["r_si"] = heatmaps(g)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "train.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
@@ -503,7 +513,10 @@ def _print_train(r: dict) -> None:
             f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%"
         )
     m = r["model"]
-    print(f"model: {m['dir']} ({m['model_version']}, {m['rows']} rows, k={m['k']})")
+    if "error" in m:
+        print(f"model: none ({m['error']})")
+    else:
+        print(f"model: {m['dir']} ({m['model_version']}, {m['rows']} rows, k={m['k']})")
     print("Fig. 1: median R = PLT_h2 / PLT_h3 (n) by RTT ms (rows) x loss % (columns)")
     for rtt in sorted(r["r_si"]["rtt_x_loss"], key=float):
         row = r["r_si"]["rtt_x_loss"][rtt]
@@ -544,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--configs", choices=["paper"], help="§4's five configurations instead of a sample")
     d.add_argument("--pages", type=int, default=8)
     d.add_argument("--pages-seed", type=int, default=17)
+    d.add_argument(
+        "--max-page-bytes",
+        type=float,
+        default=3e6,
+        help="skip generated pages heavier than this (default 3 MB, Table 1's p90 is ~2 MB): one 11 MB page "
+        "takes minutes at 0.5 Mbit/s",
+    )
     d.add_argument("--reps", type=int, default=2)
     d.add_argument("--jobs", type=int, default=1, help="conditions emulated at once")
     d.add_argument("--seed", type=int, default=1)
@@ -570,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if a.jobs < 1 or a.reps < 1 or a.pages < 1:
                 raise FlexLabError("--jobs, --reps and --pages must be >= 1")
-            dataset(a.out, conds, a.pages, a.pages_seed, a.reps, a.jobs, a.seed, a.request_timeout_s)
+            dataset(a.out, conds, a.pages, a.pages_seed, a.reps, a.jobs, a.seed, a.request_timeout_s, a.max_page_bytes)
         elif a.command == "train":
             r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32])
             _print_train(r)
