@@ -4,6 +4,8 @@
                                  [--reps R] [--jobs J] [--seed S]                   # needs root
     gearbox lab flexhttp train --dataset DIR [--out DIR] [--folds 10]
     gearbox lab flexhttp evaluate --model DIR --dataset DIR                          # §4's comparison
+    gearbox lab flexhttp probe --out DIR [--configs paper]    # the agent's estimates on emulated paths (root)
+    gearbox lab flexhttp loop --dataset DIR [--eval-dataset DIR] --out DIR   # a dataset through a real agent
 
 **dataset.** Network conditions are drawn from Table 1's grid (capacity 0.5-25 Mbit/s, RTT 30-500 ms,
 loss 0.01-3 %, seven levels each, 343 cells) by the space-filling WSP algorithm (gearbox.lab.sampling)
@@ -494,6 +496,140 @@ def evaluate(model_dir: Path, dataset_dir: Path) -> dict:
     return report
 
 
+# --- the agent against the emulator and the loop ------------------------------------------------
+
+AGENT_PORT, PROBE_PORT = 8443, 4460
+
+
+def _agent_dir(work: Path, host: str, port: int, probe_host: str) -> tuple[Path, dict[str, str]]:
+    """An agent's folder: certificate, config and one token per role (client, learner)."""
+    from gearbox import _native
+    from gearbox.control.store import open_store
+    from gearbox.control.tokens import hash_token, new_token
+
+    work.mkdir(parents=True, exist_ok=True)
+    _native.make_cert([host, "localhost"], str(work / "cert.pem"), str(work / "key.pem"))
+    (work / "agent.toml").write_text(
+        f'[server]\nlisten = "{host}:{port}"\ncert = "cert.pem"\nkey = "key.pem"\nstore = "store"\n'
+        f'max_body_bytes = 67108864\n[agent]\nprobe_listen = "{probe_host}:{PROBE_PORT}"\n'
+    )
+    tokens = {}
+    store = open_store("store", work)
+    try:
+        for role in ("client", "learner"):
+            tokens[role] = new_token()
+            store.add_token(hash_token(tokens[role]), f"lab-{role}", role)
+    finally:
+        store.close()
+    (work / "tokens.json").write_text(json.dumps(tokens))
+    return work, tokens
+
+
+def probe_conditions(out: Path, conditions: list[Condition], reps: int, seed: int) -> list[dict]:
+    """Runs the agent in the emulator's server namespace and measures against it `reps` times from the
+    client namespace, per condition; the agent's estimates beside the configured path."""
+    gearbox = _gearbox_bin()
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for c in conditions:
+        cid = condition_id(c)
+        work, tokens = _agent_dir(out / cid, "10.0.0.1", AGENT_PORT, "10.0.0.1")
+        (work / "emu.toml").write_text(c.emu_toml())
+        py = shlex.quote(sys.executable)
+        server = f"cd {shlex.quote(str(work))} && exec {py} -m gearbox.flexhttp serve --config agent.toml"
+        client = (
+            f"for i in $(seq {reps}); do {py} -m gearbox.flexhttp measure --url https://10.0.0.1:{AGENT_PORT} "
+            f"--token {tokens['client']} --cafile {shlex.quote(str(work / 'cert.pem'))} "
+            f"> {shlex.quote(str(work))}/measure-$i.json || exit 1; done"
+        )
+        cmd = [str(gearbox), "emu", "--config", str(work / "emu.toml"), "--seed", str(seed)]
+        cmd += ["--ready-ports", f"{AGENT_PORT}/tcp", "--ready-timeout-s", "60", "--server", server, "--client", client]
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        with open(work / "emu.log", "wb") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        ms = [
+            json.loads((work / f"measure-{i}.json").read_text())["latest"]
+            for i in range(1, reps + 1)
+            if (work / f"measure-{i}.json").is_file() and (work / f"measure-{i}.json").stat().st_size
+        ]
+        row = {"condition": asdict(c) | {"id": cid}, "exit": code, "measurements": ms}
+        if ms:
+            row["median"] = {k: statistics.median(m[k] for m in ms) for k in ("rtt_ms", "loss_rate", "capacity_mbps")}
+        results.append(row)
+        print(json.dumps({"condition": cid, "exit": code, **row.get("median", {})}), flush=True)
+    (out / "probe.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def loop(dataset_dir: Path, eval_dir: Path | None, out: Path, k: int | None) -> dict:
+    """The agent's side of the loop on one machine: a real `gearbox agent serve` on loopback; the
+    dataset's loads go up as trace entries (a client token, spooled uploads), the agent labels its
+    pool and trains the global forest, a client downloads the active version, and (with `eval_dir`)
+    that forest is evaluated on other conditions and pages."""
+    from gearbox.flexhttp.client import AgentClient
+    from gearbox.flexhttp.pool import entry_of
+
+    rows, pages = read_dataset(dataset_dir)
+    import socket
+
+    from gearbox.control.client import wait_for
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    work, tokens = _agent_dir(out / "agent", "127.0.0.1", port, "127.0.0.1")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    log = open(work / "serve.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gearbox.flexhttp", "serve", "--config", "agent.toml"],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"https://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz", verify=str(work / "cert.pem"), timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        wait_for(up, 60)
+        if proc.poll() is not None:
+            raise FlexLabError(f"gearbox agent serve exited with {proc.returncode}: {(work / 'serve.log').read_text()}")
+        t0 = time.time() * 1000
+        entries = [
+            entry_of(features_of(r["condition"], pages[r["page"]]), r["http_version"], r["page_load_ms"], t0)
+            for r in rows
+        ]
+        with AgentClient(url, tokens["client"], work / "cert.pem") as c:
+            uploader = c.uploader(out / "spool", batch_records=500)
+            uploader.add_many(entries)
+            if not uploader.flush():
+                raise FlexLabError(f"the agent did not take the uploads (spool: {out / 'spool'})")
+            uploader.close()
+        with AgentClient(url, tokens["learner"], work / "cert.pem") as learner:
+            trained = learner.train(k)
+            pool = learner._json(learner.http.get("/v1/flexhttp/pool"))
+        with AgentClient(url, tokens["client"], work / "cert.pem") as c:
+            info = c.classifier(out / "classifier")
+        report = {"uploaded": len(entries), "pool": pool, "trained": trained, "classifier": info}
+        if eval_dir is not None:
+            report["evaluate"] = evaluate(out / "classifier", eval_dir)
+        (out / "loop.json").write_text(json.dumps(report, indent=1) + "\n")
+        return report
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
@@ -527,6 +663,19 @@ def _print_train(r: dict) -> None:
     print("Fig. 2: median R by files (rows) x page bytes (columns)")
     for fb, row in r["r_si"]["files_x_bytes"].items():
         print(f"  {fb:>6s}: " + "  ".join(f"{sb}: {v[0]:.2f} ({v[1]})" for sb, v in row.items()))
+
+
+def _print_probe(results: list[dict]) -> None:
+    print(f"{'condition':28s} {'rtt ms':>8s} {'loss %':>8s} {'Mbit/s':>8s}   (configured -> agent's median)")
+    for r in results:
+        c, m = r["condition"], r.get("median")
+        if m is None:
+            print(f"{c['id']:28s} no measurement (exit {r['exit']})")
+            continue
+        print(
+            f"{c['id']:28s} {c['rtt_ms']:g} -> {m['rtt_ms']:.0f}   {c['loss_rate'] * 100:g} -> "
+            f"{m['loss_rate'] * 100:.2f}   {c['rate_mbps']:g} -> {m['capacity_mbps']:.2f}"
+        )
 
 
 def _print_eval(r: dict) -> None:
@@ -578,6 +727,17 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--model", type=Path, required=True, help="a model folder (train's OUT/model, or the agent's)")
     e.add_argument("--dataset", type=Path, required=True)
     e.add_argument("--out", type=Path, help="write the report as JSON here")
+    pr = sub.add_parser("probe", help="the agent's RTT, loss and capacity estimates on emulated paths (needs root)")
+    pr.add_argument("--out", type=Path, required=True)
+    pr.add_argument("--conditions", type=int, default=5)
+    pr.add_argument("--configs", choices=["paper"])
+    pr.add_argument("--reps", type=int, default=3)
+    pr.add_argument("--seed", type=int, default=1)
+    lo = sub.add_parser("loop", help="a dataset through a real agent: uploads, labels, global forest, download")
+    lo.add_argument("--dataset", type=Path, required=True)
+    lo.add_argument("--eval-dataset", type=Path, help="evaluate the downloaded forest on this dataset")
+    lo.add_argument("--out", type=Path, required=True)
+    lo.add_argument("--k", type=int)
     a = p.parse_args(argv)
     from gearbox.lab.environment import LabError
 
@@ -591,6 +751,23 @@ def main(argv: list[str] | None = None) -> int:
             if a.jobs < 1 or a.reps < 1 or a.pages < 1:
                 raise FlexLabError("--jobs, --reps and --pages must be >= 1")
             dataset(a.out, conds, a.pages, a.pages_seed, a.reps, a.jobs, a.seed, a.request_timeout_s, a.max_page_bytes)
+        elif a.command == "probe":
+            conds = (
+                [Condition(rtt, loss, rate) for rtt, loss, rate in PAPER_CONFIGS]
+                if a.configs == "paper"
+                else sample_conditions(a.conditions, a.seed)
+            )
+            _print_probe(probe_conditions(a.out, conds, a.reps, a.seed))
+        elif a.command == "loop":
+            r = loop(a.dataset, a.eval_dataset, a.out, a.k)
+            t = r["trained"]
+            print(
+                f"uploaded {r['uploaded']} entries; pool {r['pool']['entries']} from {r['pool']['contributors']} "
+                f"contributor(s); version {t['version']}: k={t['k']}, {t['rows']} rows, H3 labels "
+                f"{t['h3_share'] * 100:.1f}%; downloaded version {r['classifier']['version']}"
+            )
+            if "evaluate" in r:
+                _print_eval(r["evaluate"])
         elif a.command == "train":
             r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32])
             _print_train(r)
