@@ -162,7 +162,7 @@ def test_agent_measures_a_client_and_keeps_its_window(agent) -> None:  # noqa: A
     latest = second["latest"]
     # Loopback: every UDP probe comes back within a few ms, next to nothing is retransmitted, and the bulk
     # transfer runs far above Table 1's largest capacity (25 Mbit/s).
-    assert latest["udp"]["sent"] == 200 and latest["udp"]["echoed"] == 200
+    assert latest["udp"]["sent"] == 200 and latest["udp"]["echoed"] >= 196
     assert 0 < second["rtt_ms"] < 50
     assert second["loss_rate"] < 0.01  # tail loss probes are counted as retransmissions
     assert second["capacity_mbps"] > 25
