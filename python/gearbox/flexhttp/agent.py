@@ -23,7 +23,7 @@ key = "key.pem"
 [agent]
 probe_listen = "127.0.0.1:4460"   # UDP and TCP probe port (port 0: any free one)
 window_s = 300                    # a client's measurement window t
-k = 0                             # k-means clusters; 0: one per 40 entries (labels.choose_k)
+k = 0                             # k-means clusters; 0: one per 10 entries (labels.choose_k)
 cap_per_client = 3                # entries one client weighs at most per (cluster, version)
 pool_days = 30                    # entries older than this are not used for labels
 retrain_every_s = 0               # 0: only on POST /v1/flexhttp/train

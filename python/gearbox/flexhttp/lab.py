@@ -444,9 +444,13 @@ def heatmaps(g: list[dict]) -> dict:
 # --- evaluate -------------------------------------------------------------------------------------
 
 
-def forest_predict(model_dir: Path, x: np.ndarray) -> np.ndarray:
-    """P(h3) of each row by the exported forest file (its own trees: the format gearbox-policy reads)."""
-    doc = json.loads((model_dir / "forest.json").read_text())
+def forest_predict(model: Path, x: np.ndarray) -> np.ndarray:
+    """P(h3) of each row by an exported forest (a folder's forest.json, or the file itself), walking
+    its trees in the format gearbox-policy reads."""
+    path = model / "forest.json" if model.is_dir() else model
+    if not path.is_file():
+        raise FlexLabError(f"{path}: no such file (a model folder from train or the agent, or its forest.json)")
+    doc = json.loads(path.read_text())
     trees = doc["learner"]["gradient_booster"]["model"]["trees"]
     out = np.zeros(len(x))
     for t in trees:
