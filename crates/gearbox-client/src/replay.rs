@@ -83,13 +83,16 @@ pub struct ReplayOptions {
     pub page_version: Option<PageVersionChooser>,
 }
 
+/// `(page URL, page) -> (transport, reason)`: a page-level gear's decision.
+pub type ChoosePageTransport = dyn Fn(&str, &Page) -> (TransportPref, String) + Send + Sync;
+
 /// Chooses the transport of one page load from its URL and graph, with the reason for telemetry.
 #[derive(Clone)]
 pub struct PageVersionChooser {
     /// The gear's name (for people).
     pub name: String,
     /// `(page URL, page) -> (transport, reason)`.
-    pub choose: Arc<dyn Fn(&str, &Page) -> (TransportPref, String) + Send + Sync>,
+    pub choose: Arc<ChoosePageTransport>,
 }
 
 impl std::fmt::Debug for PageVersionChooser {
