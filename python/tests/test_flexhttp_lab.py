@@ -84,3 +84,54 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
         o = ev["overall"]
         assert o["oracle"]["mean_ms"] <= min(o["h2-only"]["mean_ms"], o["h3-only"]["mean_ms"])
         assert o["flexhttp"]["mean_ms"] >= o["oracle"]["mean_ms"]
+
+
+def _load(gearbox_bin: Path, edge, tmp_path: Path, *extra: str) -> list[dict]:  # noqa: ANN001
+    import subprocess
+
+    tele = tmp_path / f"client-{len(list(tmp_path.iterdir()))}.jsonl"
+    r = subprocess.run(
+        [str(gearbox_bin), "load", "--workload", "page", "--requests", "60", "--time-scale", "0.01"]
+        + ["--target", edge.origin, "--ca", str(edge.cert), "--telemetry", str(tele), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in tele.read_text().splitlines()]
+
+
+def test_load_chooses_the_http_version_per_page_and_records_why(gearbox_bin: Path, edge, tmp_path: Path) -> None:  # noqa: ANN001
+    """`gearbox load --http-version auto` with the agent's forest (the gear's test vectors) and a long
+    lossy path measured by the agent: each page load's first visit is a random version; the forest
+    fills the cache, so a page seen again in the same hour of the week goes over HTTP/3; every object
+    of a page travels on the version chosen for it, and its record says why."""
+    forest = Path(__file__).resolve().parents[2] / "crates/gearbox-gears/tests/data/flexhttp/forest.json"
+    net = tmp_path / "network.json"
+    net.write_text(json.dumps({"rtt_ms": 480.0, "loss_rate": 0.03, "capacity_mbps": 1.0, "measurements": 3}))
+    records = _load(
+        gearbox_bin,
+        edge,
+        tmp_path,
+        "--http-version",
+        "auto",
+        "--flexhttp-model",
+        str(forest),
+        "--agent-network",
+        str(net),
+    )
+    decisions = [r["decision"] for r in records]
+    assert all(d.startswith("flexhttp: ") for d in decisions), decisions[:3]
+    # One decision per page load: every object of a load shares it, and its protocol.
+    by_click: dict[int, set] = {}
+    for r in records:
+        by_click.setdefault(r["click"], set()).add((r["decision"], r["protocol"]))
+    assert all(len(v) == 1 for v in by_click.values()), by_click
+    for ((decision, protocol),) in by_click.values():
+        if "cache hit" in decision:
+            assert protocol == "h3", decision
+        else:
+            assert "caches h3" in decision and protocol == ("h3" if "random h3" in decision else "h2"), decision
+    # Fixed versions say so.
+    fixed = _load(gearbox_bin, edge, tmp_path, "--http-version", "h2")
+    assert {r["decision"] for r in fixed} == {"flexhttp: fixed h2"} and {r["protocol"] for r in fixed} == {"h2"}
