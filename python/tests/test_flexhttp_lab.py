@@ -103,9 +103,9 @@ def _load(gearbox_bin: Path, edge, tmp_path: Path, *extra: str) -> list[dict]:  
 
 def test_load_chooses_the_http_version_per_page_and_records_why(gearbox_bin: Path, edge, tmp_path: Path) -> None:  # noqa: ANN001
     """`gearbox load --http-version auto` with the agent's forest (the gear's test vectors) and a long
-    lossy path measured by the agent: each page load's first visit is a random version; the forest
-    fills the cache, so a page seen again in the same hour of the week goes over HTTP/3; every object
-    of a page travels on the version chosen for it, and its record says why."""
+    lossy path measured by the agent: a page load that misses the cache takes a random version and the
+    forest fills the cache; every object of a page travels on the version chosen for it, and its
+    record says why."""
     forest = Path(__file__).resolve().parents[2] / "crates/gearbox-gears/tests/data/flexhttp/forest.json"
     net = tmp_path / "network.json"
     net.write_text(json.dumps({"rtt_ms": 480.0, "loss_rate": 0.03, "capacity_mbps": 1.0, "measurements": 3}))
@@ -128,10 +128,14 @@ def test_load_chooses_the_http_version_per_page_and_records_why(gearbox_bin: Pat
         by_click.setdefault(r["click"], set()).add((r["decision"], r["protocol"]))
     assert all(len(v) == 1 for v in by_click.values()), by_click
     for ((decision, protocol),) in by_click.values():
-        if "cache hit" in decision:
-            assert protocol == "h3", decision
+        if "cache hit" in decision:  # the version the forest chose when the entry was made
+            p_h3 = float(decision.split("forest p_h3 ")[1].split(",")[0])
+            assert protocol == ("h3" if p_h3 >= 0.5 else "h2"), decision
         else:
-            assert "caches h3" in decision and protocol == ("h3" if "random h3" in decision else "h2"), decision
+            # The forest's answer fills the cache (the workload's pages are small ones, so it is
+            # not always h3 even on this path); this load took the random version.
+            assert "forest p_h3" in decision and " caches h" in decision, decision
+            assert protocol == ("h3" if "random h3" in decision else "h2"), decision
     # Fixed versions say so.
     fixed = _load(gearbox_bin, edge, tmp_path, "--http-version", "h2")
     assert {r["decision"] for r in fixed} == {"flexhttp: fixed h2"} and {r["protocol"] for r in fixed} == {"h2"}
