@@ -6,8 +6,10 @@
 //! `dq = RTTstanding − RTTmin` (§2.1). `RTTstanding` is the min RTT over the last half
 //! sRTT (robust to ACK compression and jitter), `RTTmin` the min over 10 s (the
 //! connection's [`PathState::min_rtt`]). The current rate is `λ = cwnd / RTTstanding`;
-//! on every ACK the window moves by `v / (δ · cwnd)` packets toward the target, up when
-//! `λ ≤ λt`, down otherwise (§2.1 step 3). The velocity `v` (§2.2) starts at 1 and
+//! on every ACK the window moves by `v / (δ · cwnd)` packets per packet acknowledged
+//! toward the target, up when `λ ≤ λt`, down otherwise (§2.1 step 3). "An ACK" is
+//! one ACK frame, its RTT sample that of its most recently sent packet (see
+//! [`AckFrame`]). The velocity `v` (§2.2) starts at 1 and
 //! doubles once per RTT after the window has moved the same way for 3 RTTs, and goes
 //! back to 1 when the direction changes; so the window converges quickly from far away
 //! and oscillates by about `1/δ` packets around the target at equilibrium, which keeps
@@ -107,6 +109,21 @@ pub struct Copa {
     recent_dq: VecDeque<(Instant, Duration)>,
     /// The loss event being handled (competitive mode halves once per event).
     recovery: Recovery,
+    /// The ACK frame being delivered (between the first `on_ack` and `on_end_acks`).
+    frame: Option<AckFrame>,
+}
+
+/// What one ACK frame acknowledged.
+#[derive(Debug, Clone, Copy)]
+struct AckFrame {
+    /// Bytes newly acknowledged.
+    bytes: u64,
+    /// The frame's RTT sample: the least of its packets' samples, which is the most
+    /// recently sent packet's (RFC 9002 §5.1 takes the sample from the largest
+    /// acknowledged). An older packet in the same frame waited for the frame: a
+    /// handshake-time packet first acknowledged with the response measured 82 ms on
+    /// a 40 ms path, which alone ended slow start at 11 packets.
+    rtt: Duration,
 }
 
 impl Copa {
@@ -127,6 +144,7 @@ impl Copa {
             recent: VecDeque::new(),
             recent_dq: VecDeque::new(),
             recovery: Recovery::default(),
+            frame: None,
         }
     }
 
@@ -197,12 +215,12 @@ impl Copa {
     pub fn delta(&self) -> f64 {
         1.0 / self.inv_delta
     }
-}
 
-impl Algorithm for Copa {
-    fn on_ack(&mut self, now: Instant, ack: &Ack, path: &PathState) {
+    /// One ACK frame: `bytes` newly acknowledged, `rtt` its RTT sample (§2.1 step 3,
+    /// "on every ACK").
+    fn on_ack_frame(&mut self, now: Instant, rtt: Duration, bytes: u64, path: &PathState) {
         let srtt = path.srtt;
-        let standing = self.rtt_standing(now, ack.rtt, srtt);
+        let standing = self.rtt_standing(now, rtt, srtt);
         let min_rtt = path.min_rtt_or_srtt().min(standing);
         let dq = standing.saturating_sub(min_rtt);
         if self.config.competitive_mode {
@@ -219,12 +237,12 @@ impl Algorithm for Copa {
         };
         if self.slow_start {
             if rate <= target {
-                self.window += ack.bytes as f64;
+                self.window += bytes as f64;
             } else {
                 self.slow_start = false;
             }
         } else {
-            let step = self.velocity * self.inv_delta / cwnd_pkts.max(1.0) * mss * (ack.bytes as f64 / mss);
+            let step = self.velocity * self.inv_delta / cwnd_pkts.max(1.0) * bytes as f64;
             if rate <= target {
                 self.window += step;
             } else {
@@ -239,6 +257,21 @@ impl Algorithm for Copa {
             }
             Some(start) if now.saturating_duration_since(start) >= srtt => self.end_of_rtt(now),
             Some(_) => {}
+        }
+    }
+}
+
+impl Algorithm for Copa {
+    /// Collects the frame's ACKs; the window moves once per frame, in `on_end_acks`.
+    fn on_ack(&mut self, _now: Instant, ack: &Ack, _path: &PathState) {
+        let frame = self.frame.get_or_insert(AckFrame { bytes: 0, rtt: ack.rtt });
+        frame.bytes += ack.bytes;
+        frame.rtt = frame.rtt.min(ack.rtt);
+    }
+
+    fn on_end_acks(&mut self, now: Instant, _in_flight: u64, _app_limited: bool, path: &PathState) {
+        if let Some(frame) = self.frame.take() {
+            self.on_ack_frame(now, frame.rtt, frame.bytes, path);
         }
     }
 
@@ -366,6 +399,38 @@ mod tests {
         eprintln!("queue: copa {cq:.1} ms, newreno {rq:.1} ms");
         assert!(cq < rq / 3.0, "copa {cq:.1} ms vs newreno {rq:.1} ms");
         assert_eq!(c.loss_rate, 0.0, "Copa never overflows the buffer");
+    }
+
+    /// The handshake-time packet of the emulator trace: sent 41 ms before the
+    /// response, acknowledged in the same frame as the response's first packet.
+    #[test]
+    fn an_old_packet_in_a_fresh_ack_frame_is_not_read_as_queueing() {
+        let t0 = Instant::now();
+        let mut path = PathState::new(1200, Duration::from_millis(40));
+        path.min_rtt = Duration::from_millis(40);
+        let ack = |sent: Instant, now: Instant| Ack {
+            sent,
+            bytes: 1200,
+            app_limited: false,
+            rtt: now - sent,
+        };
+        let now = t0 + Duration::from_millis(81);
+        let mut c = copa(&CopaConfig::default());
+        c.on_ack(now, &ack(t0, now), &path);
+        c.on_ack(now, &ack(t0 + Duration::from_millis(41), now), &path);
+        c.on_end_acks(now, 0, false, &path);
+        assert_eq!(
+            c.phase(),
+            Phase::Starting,
+            "one frame, one 40 ms sample: still in slow start"
+        );
+        assert_eq!(c.window(), 12_000 + 2 * 1200);
+
+        // The old sample alone (what every packet used to give) is 81 ms: a 41 ms queue.
+        let mut alone = copa(&CopaConfig::default());
+        alone.on_ack(now, &ack(t0, now), &path);
+        alone.on_end_acks(now, 0, false, &path);
+        assert_eq!(alone.phase(), Phase::Converged);
     }
 
     #[test]

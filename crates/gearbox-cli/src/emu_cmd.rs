@@ -39,6 +39,10 @@ pub struct EmuArgs {
     /// Give up if the server is not ready after this long.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     ready_timeout_s: f64,
+    /// Run the server and client commands under SCHED_FIFO (below the relay), so that
+    /// a loaded machine's scheduling does not add delay the path does not have (root).
+    #[arg(long)]
+    realtime_endpoints: bool,
 }
 
 fn seconds(name: &str, s: f64) -> anyhow::Result<Duration> {
@@ -62,6 +66,7 @@ pub fn run(args: EmuArgs) -> anyhow::Result<()> {
         duration: args.duration_s.map(|s| seconds("duration-s", s)).transpose()?,
         ready_ports: args.ready_ports,
         ready_timeout: seconds("ready-timeout-s", args.ready_timeout_s)?,
+        realtime_endpoints: args.realtime_endpoints,
     };
     let outcome = gearbox_emu::run(&config, &options)?;
     let r = &outcome.report;

@@ -19,6 +19,22 @@ pub enum SimCommand {
     /// Run one simulation from a config file (docs/sim.md) and write its client
     /// records (JSON lines, `source = "sim"`).
     Exec(ExecArgs),
+    /// Run a lab scenario file (docs/lab.md) in the simulator: the lab's runs, results
+    /// table, summary and report, no root (Python, `gearbox sim run --help`).
+    #[command(disable_help_flag = true)]
+    Run(PythonArgs),
+    /// The same QUIC scenarios in the emulator (root) and the simulator, compared per
+    /// condition (Python, `gearbox sim fidelity --help`; docs/sim.md "Fidelity").
+    #[command(disable_help_flag = true)]
+    Fidelity(PythonArgs),
+}
+
+/// Arguments passed on untouched to the Python side (`python/gearbox/sim/run.py`,
+/// `fidelity.py`), which shares the lab's scenario reader and reports.
+#[derive(clap::Args, Debug)]
+pub struct PythonArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
 /// `gearbox sim exec` arguments.
@@ -36,7 +52,17 @@ pub struct ExecArgs {
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
     match a.what {
         SimCommand::Exec(e) => exec(e),
+        SimCommand::Run(r) => python("gearbox.sim.run", "gearbox sim run", &r.args),
+        SimCommand::Fidelity(r) => python("gearbox.sim.fidelity", "gearbox sim fidelity", &r.args),
     }
+}
+
+/// Execs a Python module of the simulator's (returns only on failure to start it).
+fn python(module: &str, prog: &str, args: &[String]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let (mut cmd, python) = crate::lab_cmd::python_module(module, prog, args)?;
+    let err = cmd.exec();
+    Err(crate::lab_cmd::start_error(&python, &err))
 }
 
 fn exec(a: ExecArgs) -> anyhow::Result<()> {

@@ -115,6 +115,11 @@ fn default_compensate_hops() -> bool {
 /// kept low so kernel threads and anything deliberately urgent still come first).
 pub const REALTIME_PRIORITY: i32 = 10;
 
+/// SCHED_FIFO priority of the server and client commands with
+/// [`crate::RunOptions::realtime_endpoints`]: below the relay's, the probe's and the
+/// calibrator's, so the path's own timing still comes first.
+pub const ENDPOINT_PRIORITY: i32 = 2;
+
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {

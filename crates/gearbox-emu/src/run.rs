@@ -6,11 +6,13 @@
 //! in the event log and disturb a loss or policing experiment, and a fixed
 //! sleep is either too short on a loaded machine or wasted time.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ExitStatus};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::config::ENDPOINT_PRIORITY;
 use crate::{sys, EmuConfig, EmuError, Emulator, EmulatorOptions, RelayReport, Side};
 
 /// A port the server must have bound before the client starts.
@@ -58,6 +60,14 @@ pub struct RunOptions {
     pub ready_ports: Vec<ReadyPort>,
     /// How long the server may take to become ready.
     pub ready_timeout: Duration,
+    /// Run the server and client commands (and everything they start) under
+    /// SCHED_FIFO at [`crate::config::ENDPOINT_PRIORITY`]. On a loaded machine an
+    /// endpoint waiting for a CPU delays its ACKs and sends by milliseconds, and a
+    /// delay-based controller reads that as queueing: Copa's target queue at
+    /// 50 Mbit/s is about half a millisecond (docs/cc.md "Validation"). With this on,
+    /// the delay the endpoints see is the emulated path's. Needs root, like the relay's
+    /// own real-time thread; without it the commands run as usual, with a warning.
+    pub realtime_endpoints: bool,
 }
 
 impl Default for RunOptions {
@@ -69,6 +79,7 @@ impl Default for RunOptions {
             duration: None,
             ready_ports: Vec::new(),
             ready_timeout: Duration::from_secs(10),
+            realtime_endpoints: false,
         }
     }
 }
@@ -116,13 +127,26 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(emu: &Emulator, side: Side, shell: &str) -> Result<Self, EmuError> {
+    fn spawn(emu: &Emulator, side: Side, shell: &str, realtime: bool) -> Result<Self, EmuError> {
         let name = match side {
             Side::Server => "server",
             Side::Client => "client",
         };
-        let child = emu
-            .command(side, shell)
+        let mut command = emu.command(side, shell);
+        if realtime {
+            if sys::euid() == 0 {
+                // SAFETY: the closure makes one system call (sched_setscheduler), which
+                // is async-signal-safe, and allocates nothing.
+                unsafe {
+                    command.pre_exec(|| sys::set_realtime(ENDPOINT_PRIORITY));
+                }
+            } else {
+                tracing::warn!(
+                    "{name}: cannot run under SCHED_FIFO (not root); its delays will include the host's scheduling"
+                );
+            }
+        }
+        let child = command
             .spawn()
             .map_err(|source| EmuError::Spawn { side: name, source })?;
         Ok(Proc { child, side: name })
@@ -213,7 +237,7 @@ pub fn run(config: &EmuConfig, options: &RunOptions) -> Result<RunOutcome, EmuEr
     let emu = Emulator::start(config, &options.emulator)?;
     let name = emu.name().to_string();
     let mut server = match &options.server {
-        Some(cmd) => Some(Proc::spawn(&emu, Side::Server, cmd)?),
+        Some(cmd) => Some(Proc::spawn(&emu, Side::Server, cmd, options.realtime_endpoints)?),
         None => None,
     };
     let result = (|| -> Result<(i32, Option<i32>), EmuError> {
@@ -221,7 +245,7 @@ pub fn run(config: &EmuConfig, options: &RunOptions) -> Result<RunOutcome, EmuEr
             wait_ready(&emu, s, &options.ready_ports, options.ready_timeout)?;
         }
         let mut client = match &options.client {
-            Some(cmd) => Some(Proc::spawn(&emu, Side::Client, cmd)?),
+            Some(cmd) => Some(Proc::spawn(&emu, Side::Client, cmd, options.realtime_endpoints)?),
             None => None,
         };
         let deadline = options.duration.map(|d| Instant::now() + d);

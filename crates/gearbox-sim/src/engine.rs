@@ -378,7 +378,10 @@ impl Session {
             file: PathBuf::from(&config.workload),
             message: format!("workload: {e}"),
         })?;
-        let requests = workload.generate(config.seed, Limit::DurationMs(config.duration_s * 1e3));
+        let requests = workload.generate(
+            config.workload_seed.unwrap_or(config.seed),
+            Limit::DurationMs(config.duration_s * 1e3),
+        );
         Ok(Session {
             sim: Sim::new(config, requests.into_iter().map(Pending::new).collect())?,
             limit: Duration::from_secs_f64(config.time_limit_s()),

@@ -44,6 +44,11 @@ pub struct SimConfig {
     /// Seed of every random choice (links, workload, QUIC's connection ids).
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// The workload's own seed, as `gearbox load --seed` takes it (default: `seed`): the
+    /// lab gives every policy of a repetition the same requests this way, and
+    /// `gearbox sim run` the same requests as `gearbox lab run`.
+    #[serde(default)]
+    pub workload_seed: Option<u64>,
     /// Requests sent in the first this many simulated seconds.
     pub duration_s: f64,
     /// Virtual-time limit of the run, seconds (default: 2 × duration + 30).

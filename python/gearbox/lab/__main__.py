@@ -1,6 +1,6 @@
 """`gearbox lab` (also `python -m gearbox.lab`): scenarios, experiment runs, reports.
 
-    gearbox lab run SCENARIO [--out DIR] [--jobs N] [--force] [--report]
+    gearbox lab run SCENARIO [--out DIR] [--jobs N] [--force] [--report] [--realtime-endpoints]
     gearbox lab plan SCENARIO [--out DIR]
     gearbox lab report OUT_DIR
     gearbox lab collect OUT_DIR
@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="replace the results already in --out")
     r.add_argument("--report", action="store_true", help="also write OUT/report.html")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--realtime-endpoints",
+        action="store_true",
+        help="run each edge and client under SCHED_FIFO so a busy machine adds no delay (gearbox emu, docs/emu.md)",
+    )
 
     pl = sub.add_parser("plan", help="check a scenario and list its conditions and runs (no root needed)")
     pl.add_argument("scenario", type=Path)
@@ -67,13 +72,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(scenario_path: Path, out: Path | None, jobs: int, force: bool, report: bool, progress: bool) -> int:
+def _run(
+    scenario_path: Path,
+    out: Path | None,
+    jobs: int,
+    force: bool,
+    report: bool,
+    progress: bool,
+    realtime_endpoints: bool = False,
+) -> int:
     from gearbox.lab import runner
     from gearbox.lab.summary import format_table
 
     s = sc.load(scenario_path)
     out = out or Path("out") / "lab" / s.name
-    outcome = runner.run_scenario(s, out, jobs=jobs, force=force, progress=progress)
+    outcome = runner.run_scenario(
+        s, out, jobs=jobs, force=force, progress=progress, realtime_endpoints=realtime_endpoints
+    )
     print(format_table(outcome.summary))
     print(
         f"\nresults: {out / 'requests.parquet'}, {out / 'results.duckdb'}; "
@@ -151,7 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
-            return _run(args.scenario, args.out, args.jobs, args.force, args.report, not args.no_progress)
+            return _run(
+                args.scenario,
+                args.out,
+                args.jobs,
+                args.force,
+                args.report,
+                not args.no_progress,
+                args.realtime_endpoints,
+            )
         if args.command == "plan":
             return _plan(args.scenario, args.out)
         if args.command == "collect":

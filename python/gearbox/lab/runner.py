@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gearbox.lab import oracle
+from gearbox.lab import control, oracle
 from gearbox.lab import scenario as sc
 from gearbox.lab.collect import collect, read_records, without_model
 from gearbox.lab.environment import LabError, check_emulator, find_gearbox
@@ -59,18 +59,54 @@ class RunResult:
     message: str = ""
     dir: str = ""
 
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        status: str,
+        exit_code: int | None,
+        started_s: float,
+        message: str,
+        client_records: int,
+        edge_records: int = 0,
+    ) -> RunResult:
+        """The result of `run`, started at `started_s` (Unix seconds) and ending now."""
+        return cls(
+            run_id=run.run_id,
+            condition_id=run.condition.id,
+            policy=run.policy.name,
+            proto=run.policy.proto,
+            repetition=run.repetition,
+            link_seed=run.link_seed,
+            workload_seed=run.workload_seed,
+            status=status,
+            exit_code=exit_code,
+            started_unix_ms=started_s * 1000.0,
+            wall_s=time.time() - started_s,
+            client_records=client_records,
+            edge_records=edge_records,
+            message=message,
+            dir=str(run.dir),
+        )
 
-def _commands(s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path) -> tuple[str, str]:
-    """The --server and --client shell commands of one run."""
+
+def _commands(
+    s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path, ctl: control.RunControl | None = None
+) -> tuple[str, str]:
+    """The --server and --client shell commands of one run (with `ctl`, around the run's
+    control plane: lab/control.py)."""
     q = shlex.quote
     gb = q(str(gearbox))
     d = run.dir
     server = (
+        f"{control.server_prefix(ctl) if ctl else ''}"
         f"exec {gb} edge --listen $GEARBOX_SERVER_ADDR:{PORT} --cert {q(str(cert))} --key {q(str(key))} "
         f"--telemetry {q(str(d / 'edge.jsonl'))}"
     )
     if run.policy.edge_args:
         server += " " + " ".join(q(a) for a in run.policy.edge_args)
+    if ctl:
+        server += " " + control.edge_flags(ctl, d)
     client = (
         f"{gb} load --workload {q(s.workload.name)} --target https://$GEARBOX_SERVER_ADDR:{PORT} "
         f"--proto {q(run.policy.proto)} --seed {run.workload_seed} --duration-s {s.duration_s:g} "
@@ -82,7 +118,11 @@ def _commands(s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path) ->
         client += ' $(for a in $(echo "$GEARBOX_CLIENT_ADDRS" | tr , " "); do printf -- "--local-addr %s " "$a"; done)'
     if run.policy.load_args:
         client += " " + " ".join(q(a) for a in run.policy.load_args)
+    if ctl:
+        client += " " + control.client_flags(ctl, d, run.policy.proto, run.policy.load_args)
     client += f" > {q(str(d / 'load.json'))}"
+    if ctl:
+        client += control.client_suffix(d)
     return server, client
 
 
@@ -94,17 +134,32 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: Path, key: Path) -> RunResult:
-    """Runs one emulation and says how it went; never raises for a failed run."""
+def run_one(
+    s: sc.Scenario,
+    run: Run,
+    emu: dict[str, Any],
+    gearbox: Path,
+    cert: Path,
+    key: Path,
+    realtime_endpoints: bool = False,
+) -> RunResult:
+    """Runs one emulation and says how it went; never raises for a failed run.
+    `realtime_endpoints`: `gearbox emu --realtime-endpoints` (docs/emu.md)."""
     run.dir.mkdir(parents=True, exist_ok=True)
     for name in ("edge.jsonl", "client.jsonl", "load.json"):
         (run.dir / name).unlink(missing_ok=True)  # gearbox appends; a rerun starts clean
     config = run.dir / "emu.toml"
     config.write_text(sc.dumps_toml(emu))
-    server, client = _commands(s, run, gearbox, cert, key)
+    ctl = control.prepare(s, run.dir, cert, key) if s.control else None
+    server, client = _commands(s, run, gearbox, cert, key, ctl)
     limit = s.run_timeout_s
     cmd = [str(gearbox), "emu", "--config", str(config), "--server", server, "--client", client]
     cmd += ["--seed", str(run.link_seed), "--duration-s", f"{limit:g}", "--ready-ports", f"{PORT}/tcp,{PORT}/udp"]
+    if realtime_endpoints:
+        cmd.append("--realtime-endpoints")
+    if ctl:
+        # The edge starts once the control plane answers and the first policies are pushed.
+        cmd += ["--ready-timeout-s", f"{control.START_TIMEOUT_S + 30:g}"]
     (run.dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     started = time.time()
     with (run.dir / "emu.log").open("wb") as log:
@@ -120,7 +175,6 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
                 proc.kill()  # its watchdog removes the namespaces
                 proc.wait()
             code = None
-    wall = time.time() - started
     status, message = "ok", ""
     if code == 124:
         status, message = "timeout", f"the client was still running after {limit:g} s (timeout_s) and was stopped"
@@ -128,6 +182,23 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
         status = "failed"
         tail = (run.dir / "emu.log").read_text(errors="replace").strip().splitlines()[-3:]
         message = f"gearbox emu exited with {code}: " + " | ".join(tail)
+    if ctl:
+        try:
+            checked = control.check(run.dir)
+        except Exception as e:  # noqa: BLE001 - a run's failure, reported as such
+            checked = {"ok": False, "sides": {}, "pushed": [], "error": f"{type(e).__name__}: {e}"}
+        sides = checked["sides"]
+        if not checked["ok"] and status == "ok":
+            status = "failed"
+            message = "control plane: " + "; ".join(
+                f"{side}: {v['written']} records written, {v['stored']} stored "
+                f"({v['missing']} missing, {v['twice']} twice)"
+                for side, v in sides.items()
+            )
+            if not all(p.get("ok") for p in checked["pushed"]):
+                message += "; a policy push failed (control/pushes.log)"
+            if "error" in checked:
+                message += f"; the store could not be read: {checked['error']} (control/serve.log)"
     fallback = [d for name in ("client.jsonl", "edge.jsonl") for d in without_model(read_records(run.dir / name))]
     if fallback:
         status = "failed"
@@ -135,22 +206,14 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path, cert: 
             f"the gear ran without its model ({len(fallback)} decisions say why=no-model, first: {fallback[0]!r}); "
             + message
         ).rstrip("; ")
-    return RunResult(
-        run_id=run.run_id,
-        condition_id=run.condition.id,
-        policy=run.policy.name,
-        proto=run.policy.proto,
-        repetition=run.repetition,
-        link_seed=run.link_seed,
-        workload_seed=run.workload_seed,
-        status=status,
-        exit_code=code,
-        started_unix_ms=started * 1000.0,
-        wall_s=wall,
+    return RunResult.of(
+        run,
+        status,
+        code,
+        started,
+        message,
         client_records=_count_lines(run.dir / "client.jsonl"),
         edge_records=_count_lines(run.dir / "edge.jsonl"),
-        message=message,
-        dir=str(run.dir),
     )
 
 
@@ -199,19 +262,31 @@ def run_scenario(
     force: bool = False,
     progress: bool = True,
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    backend: str = "emu",
+    realtime_endpoints: bool = False,
 ) -> Outcome:
-    """Runs every run of the scenario, then collects and summarizes (see module doc)."""
+    """Runs every run of the scenario, then collects and summarizes (see module doc).
+    `backend`: "emu" (the emulator with the real edge and client) or "sim" (`gearbox sim
+    run`: the simulator, QUIC only; gearbox/sim/run.py). `realtime_endpoints`: the edge and
+    client of each emulation under SCHED_FIFO (`gearbox emu --realtime-endpoints`)."""
     if jobs < 1:
         raise LabError(f"--jobs must be >= 1, got {jobs}")
+    if backend not in ("emu", "sim"):
+        raise LabError(f"unknown backend {backend!r}: emu or sim")
     check_models(s)
+    if backend == "sim":
+        from gearbox.sim import run as sim_run
+
+        sim_run.check(s)
     gearbox = (gearbox or find_gearbox()).resolve()
     out = out.resolve()
-    check_emulator()
+    if backend == "emu":
+        check_emulator()
     if (out / "runs.json").exists() and not force:
         raise LabError(
             f"{out} already holds results of a lab run: pass --force to replace them, or choose another --out"
         )
-    if "/target/debug/" in str(gearbox):
+    if backend == "emu" and "/target/debug/" in str(gearbox):
         log(
             f"gearbox lab: using the debug build {gearbox}; its edge and client are slow, so RCTs are inflated: "
             "`cargo build --release -p gearbox-cli` for numbers to report"
@@ -235,7 +310,13 @@ def run_scenario(
         raise LabError("the live oracle (--gear oracle) reads the static runs before it runs: use --jobs 1")
     conds, runs, emu = prepare(s, out, gearbox)
     cert, key = out / "cert.pem", out / "key.pem"
-    if not (cert.exists() and key.exists()):
+
+    def execute(run: Run) -> RunResult:
+        if backend == "sim":
+            return sim_run.run_one(s, run, emu[run.condition.id], gearbox)
+        return run_one(s, run, emu[run.condition.id], gearbox, cert, key, realtime_endpoints)
+
+    if backend == "emu" and not (cert.exists() and key.exists()):
         r = subprocess.run(
             [str(gearbox), "cert", "--name", "10.0.0.1,localhost", "--cert", str(cert), "--key", str(key)],
             capture_output=True,
@@ -244,7 +325,8 @@ def run_scenario(
         if r.returncode != 0:
             raise LabError(f"gearbox cert failed: {r.stderr.strip()}")
     log(
-        f"gearbox lab: {s.name}: {len(conds)} condition(s) x {len(s.policies)} policies x {s.repetitions} "
+        f"gearbox {'lab' if backend == 'emu' else 'sim'}: {s.name}: "
+        f"{len(conds)} condition(s) x {len(s.policies)} policies x {s.repetitions} "
         f"repetition(s) = {len(runs)} runs of ~{s.duration_s:g} s, into {out}"
     )
     results: list[RunResult] = []
@@ -254,12 +336,12 @@ def run_scenario(
             for run in runs:
                 if bar is not None:
                     bar.set_postfix_str(f"{run.condition.id} {run.policy.name} r{run.repetition}")
-                res = run_one(s, with_oracle(s, run, results), emu[run.condition.id], gearbox, cert, key)
+                res = execute(with_oracle(s, run, results))
                 results.append(res)
                 _note(res, bar, log)
         else:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(run_one, s, run, emu[run.condition.id], gearbox, cert, key) for run in runs]
+                futures = [pool.submit(execute, run) for run in runs]
                 for f in as_completed(futures):
                     res = f.result()
                     results.append(res)

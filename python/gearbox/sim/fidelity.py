@@ -1,0 +1,198 @@
+"""`gearbox sim fidelity`: the same QUIC scenarios in the emulator and in the simulator,
+compared condition by condition (docs/sim.md, "Fidelity").
+
+The conditions: a grid of 16 (rate 5 or 50 Mbit/s x RTT 20 or 100 ms x loss 0 or 1% x
+drop-tail buffer 0.5 or 2 BDP) and three rate traces (`wifi`, `4g-mobile`, `3g-hsdpa`
+presets, 40 ms, 1 BDP). Each runs twice: the `app` workload (its mean request completion
+time is compared; target: within 10%) and one 3 MB download (its goodput, bytes over
+completion time; target: within 5%). Both sides get the same scenario files, the same
+link and workload seeds and the same requests (`gearbox sim run` is the lab's runner
+with the simulator behind it); the emulator runs the release edge and client with
+`--realtime-endpoints`, so that the machine's other work is not in its numbers.
+
+Writes OUT/scenarios/*.toml, OUT/emu/<scenario>, OUT/sim/<scenario>, OUT/fidelity.json and
+OUT/fidelity.md (the table docs/sim.md shows), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from gearbox.lab import scenario as sc
+from gearbox.lab.environment import LabError, find_gearbox
+
+BULK_BYTES = 3_000_000
+TRACES = ("wifi", "4g-mobile", "3g-hsdpa")
+# |sim / emu - 1| within these counts as agreeing (the simulator issue's targets).
+TARGETS = {"app": 0.10, "bulk": 0.05}
+
+GRID = """
+[[path]]
+rtt_ms = 40.0
+buffer_bdp = 1.0
+
+[grid]
+bandwidth_mbps = [5.0, 50.0]
+rtt_ms = [20.0, 100.0]
+loss_rate = [0.0, 0.01]
+buffer_bdp = [0.5, 2.0]
+"""
+
+TRACE = """
+[[path]]
+trace = {{ preset = "{preset}", seed = 1 }}
+rtt_ms = 40.0
+buffer_bdp = 1.0
+"""
+
+
+@dataclass
+class Row:
+    """One condition and workload, measured on both sides."""
+
+    scenario: str
+    condition: str
+    label: str
+    workload: str
+    metric: str
+    emu: float
+    sim: float
+    requests_emu: int
+    requests_sim: int
+
+    @property
+    def diff(self) -> float:
+        return self.sim / self.emu - 1.0 if self.emu else float("inf")
+
+    @property
+    def within(self) -> bool:
+        return abs(self.diff) <= TARGETS[self.workload]
+
+
+def write_scenarios(folder: Path, reps: int, duration_s: float) -> list[Path]:
+    """The scenario files (and the bulk workload file) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    bulk = folder / "bulk-3mb.toml"
+    bulk.write_text(
+        f'name = "bulk-3mb"\ndescription = "one {BULK_BYTES // 1_000_000} MB download"\n'
+        f'connection = "per_request"\n\n[bulk]\nsize_bytes = {BULK_BYTES}\nrequest_bytes = 100\n'
+    )
+    paths = []
+    for kind, workload in (("app", "app"), ("bulk", str(bulk))):
+        shapes = [("grid", GRID)] + [(t, TRACE.format(preset=t)) for t in TRACES]
+        for shape, body in shapes:
+            name = f"fidelity-{shape}-{kind}"
+            text = (
+                f'name = "{name}"\nseed = 1\nrepetitions = {reps}\nduration_s = {duration_s:g}\ntimeout_s = 120\n\n'
+                f'[workload]\nname = "{workload}"\nseed = 1\n{body}\n[policies.quic]\nbaseline = true\n'
+            )
+            p = folder / f"{name}.toml"
+            p.write_text(text)
+            paths.append(p)
+    return paths
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "client.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("error") is None and r.get("rct_ms") is not None]
+
+
+def measure(out: Path) -> dict[str, tuple[str, float, int]]:
+    """Per condition of a finished lab folder: (label, metric, requests); the metric is the
+    mean RCT in ms for `app`, the goodput in Mbit/s for the bulk download."""
+    conds = {c["condition_id"]: c for c in json.loads((out / "conditions.json").read_text())}
+    per: dict[str, list[dict[str, Any]]] = {}
+    for run in json.loads((out / "runs.json").read_text()):
+        per.setdefault(run["condition_id"], []).extend(_records(Path(run["dir"])))
+    result = {}
+    for cid, recs in sorted(per.items()):
+        bulk = any(r.get("bytes", 0) >= BULK_BYTES for r in recs)
+        if bulk:
+            value = fmean(r["bytes"] * 8 / 1e6 / (r["rct_ms"] / 1e3) for r in recs) if recs else float("nan")
+        else:
+            value = fmean(r["rct_ms"] for r in recs) if recs else float("nan")
+        result[cid] = (conds[cid].get("label", cid), value, len(recs))
+    return result
+
+
+def compare(name: str, emu_out: Path, sim_out: Path) -> list[Row]:
+    kind = "bulk" if name.endswith("-bulk") else "app"
+    emu, sim = measure(emu_out), measure(sim_out)
+    rows = []
+    for cid in sorted(emu):
+        label, e, ne = emu[cid]
+        _, s, ns = sim.get(cid, (label, float("nan"), 0))
+        metric = "goodput Mbit/s" if kind == "bulk" else "mean RCT ms"
+        if label == "base":  # a trace scenario's one condition
+            label = name.removeprefix("fidelity-").removesuffix(f"-{kind}") + " trace, 40 ms, 1 BDP"
+        rows.append(Row(name, cid, label, kind, metric, e, s, ne, ns))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| scenario | condition | workload | metric | emulator | simulator | sim / emu - 1 | within target |",
+        "|---|---|---|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.scenario.removeprefix('fidelity-')} | {r.label} | {r.workload} | {r.metric} | {r.emu:.1f} | "
+            f"{r.sim:.1f} | {r.diff * 100:+.1f}% | {'yes' if r.within else 'no'} |"
+        )
+    for kind in ("app", "bulk"):
+        sel = [r for r in rows if r.workload == kind]
+        if sel:
+            n = sum(r.within for r in sel)
+            lines.append(
+                f"\n{kind}: {n} of {len(sel)} conditions within {TARGETS[kind] * 100:.0f}%; "
+                f"mean |difference| {fmean(abs(r.diff) for r in sel) * 100:.1f}%"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gearbox sim fidelity", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("out/sim-fidelity"), help="output folder")
+    p.add_argument("--reps", type=int, default=1, help="repetitions of every condition (default 1)")
+    p.add_argument("--duration-s", type=float, default=15.0, help="requests sent for this long per run (app)")
+    p.add_argument("--only", help="run only the scenarios whose name contains this")
+    p.add_argument("--compare-only", action="store_true", help="compare finished runs in --out, run nothing")
+    args = p.parse_args(argv)
+    from gearbox.lab import runner
+
+    try:
+        gearbox = find_gearbox()
+        paths = write_scenarios(args.out / "scenarios", args.reps, args.duration_s)
+        if args.only:
+            paths = [x for x in paths if args.only in x.stem]
+        rows: list[Row] = []
+        for path in paths:
+            s = sc.load(path)
+            emu_out, sim_out = args.out / "emu" / s.name, args.out / "sim" / s.name
+            if not args.compare_only:
+                runner.run_scenario(s, sim_out, jobs=2, gearbox=gearbox, force=True, progress=False, backend="sim")
+                runner.run_scenario(s, emu_out, gearbox=gearbox, force=True, progress=False, realtime_endpoints=True)
+            rows += compare(s.name, emu_out, sim_out)
+    except (sc.ScenarioError, LabError) as e:
+        print(f"gearbox sim fidelity: error: {e}", file=sys.stderr)
+        return 2
+    text = table(rows)
+    (args.out / "fidelity.md").write_text(text + "\n")
+    (args.out / "fidelity.json").write_text(
+        json.dumps([{**asdict(r), "diff": r.diff, "within": r.within} for r in rows], indent=1)
+    )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""`gearbox sim run SCENARIO.toml`: a lab scenario in the simulator (docs/sim.md, "Lab
+scenarios").
+
+Everything but the runner is the lab's: the scenario reader, the plan (conditions x
+policies x repetitions, with the same link and workload seeds), the results table, the
+summary and the report (`gearbox lab report OUT` works on the output). Each run is one
+`gearbox sim exec` over the condition's links, the workload's requests from the run's
+workload seed (the requests `gearbox lab run` sends), instead of one `gearbox emu` with a
+real edge and client: no root, and a run takes a fraction of its simulated time.
+
+The simulator runs QUIC only, one client over one path. A scenario that needs more is
+refused before anything runs, with the feature named and `gearbox lab run` suggested:
+a policy over TCP (`tcp`, `h1`), a client flag (`load_args`: the client's gears choose
+a protocol), an edge flag other than `--cc` and `--initial-window` (the edge's TCP-only
+flags change nothing for QUIC and are let through), a multipath or population topology,
+a workload `time_scale`, a `[control]` table (a control plane beside the edge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gearbox.lab import scenario as sc
+from gearbox.lab.environment import LabError, find_gearbox
+from gearbox.lab.planning import Run
+from gearbox.lab.runner import RunResult
+
+# Edge flags the simulator's server takes (name in the sim config).
+SIM_EDGE_FLAGS = {"--cc": "cc", "--initial-window": "initial_window"}
+# Edge flags that only touch TCP connections: a QUIC run is the same with or without them.
+TCP_ONLY_EDGE_FLAGS = ("--tcp-cc", "--tcp-notsent-lowat", "--tcp-processing-ms", "--mptcp")
+# Edge flags without a value.
+EDGE_SWITCHES = ("--mptcp", "--no-alt-svc")
+
+
+def _refuse(s: sc.Scenario, field: str, what: str) -> sc.ScenarioError:
+    return sc.ScenarioError(
+        str(s.source), field, f"{what}: the simulator runs QUIC only, one client over one path; use `gearbox lab run`"
+    )
+
+
+def edge_settings(s: sc.Scenario, p: sc.Policy) -> dict[str, Any]:
+    """The sim config fields of a policy's edge flags; a ScenarioError naming the first
+    flag the simulator cannot honour."""
+    out: dict[str, Any] = {}
+    args = list(p.edge_args)
+    i = 0
+    while i < len(args):
+        flag, value = args[i], None
+        if "=" in flag:
+            flag, value = flag.split("=", 1)
+            i += 1
+        elif flag in EDGE_SWITCHES:
+            i += 1
+        else:
+            value = args[i + 1] if i + 1 < len(args) else None
+            i += 2
+        if flag in TCP_ONLY_EDGE_FLAGS:
+            continue
+        if flag not in SIM_EDGE_FLAGS or value is None:
+            raise _refuse(s, f"policies.{p.name}.edge_args", f"edge flag {flag}")
+        key = SIM_EDGE_FLAGS[flag]
+        if key == "initial_window":
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise sc.ScenarioError(
+                    str(s.source), f"policies.{p.name}.edge_args", f"--initial-window {value!r}: not an integer"
+                ) from None
+        else:
+            out[key] = value
+    return out
+
+
+def check(s: sc.Scenario) -> None:
+    """Refuses, before any run, a scenario the simulator cannot run as the lab would."""
+    if s.topology != "single":
+        raise _refuse(s, "topology", f"topology {s.topology!r}")
+    if s.workload.time_scale != 1.0:
+        raise _refuse(s, "workload.time_scale", f"time_scale {s.workload.time_scale:g}")
+    if s.control is not None:
+        raise _refuse(s, "control", "a control plane beside the edge ([control])")
+    for p in s.policies:
+        if p.proto != "quic":
+            raise _refuse(s, f"policies.{p.name}", f"policy {p.name!r} runs over TCP (proto {p.proto})")
+        if p.load_args:
+            raise _refuse(s, f"policies.{p.name}.load_args", f"client flags {' '.join(p.load_args)}")
+        edge_settings(s, p)
+
+
+def sim_config(s: sc.Scenario, run: Run, emu: dict[str, Any]) -> dict[str, Any]:
+    """The `gearbox sim exec` config (docs/sim.md) of one run: the condition's links as the
+    emulator gets them, the run's seeds, the policy's controller and initial window."""
+    (path,) = emu["path"]
+    config: dict[str, Any] = {
+        "seed": run.link_seed,
+        "workload_seed": run.workload_seed,
+        "duration_s": s.duration_s,
+        "time_limit_s": s.run_timeout_s,
+        "workload": s.workload.name,
+        **edge_settings(s, run.policy),
+        "down": path["downlink"],
+        "up": path["uplink"],
+    }
+    return config
+
+
+def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path) -> RunResult:
+    """One `gearbox sim exec`; never raises for a failed run (the lab's contract)."""
+    run.dir.mkdir(parents=True, exist_ok=True)
+    config = run.dir / "sim.toml"
+    config.write_text(sc.dumps_toml(sim_config(s, run, emu)))
+    records = run.dir / "client.jsonl"
+    records.unlink(missing_ok=True)
+    cmd = [str(gearbox), "sim", "exec", "--config", str(config), "--out", str(records)]
+    (run.dir / "command.txt").write_text(" ".join(cmd) + "\n")
+    started = time.time()
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    (run.dir / "sim.log").write_text(r.stderr)
+    status, message = "ok", ""
+    if r.returncode != 0:
+        status = "failed"
+        message = f"gearbox sim exec exited with {r.returncode}: " + " | ".join(r.stderr.strip().splitlines()[-3:])
+    n = sum(1 for line in records.open() if line.strip()) if records.exists() else 0
+    return RunResult.of(run, status, r.returncode, started, message, client_records=n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gearbox sim run",
+        description="Run a lab scenario (docs/lab.md) in the simulator: QUIC policies on one path, no root.",
+    )
+    p.add_argument("scenario", type=Path, help="scenario file (TOML, docs/lab.md)")
+    p.add_argument("--out", type=Path, help="output folder (default out/sim/<scenario name>)")
+    p.add_argument("--jobs", type=int, default=1, help="simulations at once (they share no clock: any number is fair)")
+    p.add_argument("--force", action="store_true", help="replace the results already in --out")
+    p.add_argument("--report", action="store_true", help="also write OUT/report.html")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    from gearbox.lab import runner
+    from gearbox.lab.summary import format_table
+
+    try:
+        s = sc.load(args.scenario)
+        out = args.out or Path("out") / "sim" / s.name
+        outcome = runner.run_scenario(
+            s,
+            out,
+            jobs=args.jobs,
+            gearbox=find_gearbox(),
+            force=args.force,
+            progress=not args.no_progress,
+            backend="sim",
+        )
+        print(format_table(outcome.summary))
+        print(f"\nresults: {out / 'requests.parquet'}; summary: {out / 'summary.json'}")
+        if args.report:
+            from gearbox.lab.report import write_report
+
+            print(f"report: {write_report(out)}")
+    except (sc.ScenarioError, LabError) as e:
+        print(f"gearbox sim run: error: {e}", file=sys.stderr)
+        return 2
+    failed = [r for r in outcome.results if r.status == "failed"]
+    for r in failed:
+        print(f"gearbox sim run: {r.run_id}: {r.message}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

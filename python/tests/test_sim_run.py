@@ -1,0 +1,133 @@
+"""`gearbox sim run`: a lab scenario in the simulator, through the binary's front door,
+with the lab's plan, table, summary and report; and the scenarios it refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gearbox.lab import scenario as sc
+from gearbox.sim import fidelity
+from gearbox.sim import run as sim_run
+
+SMALL = """
+name = "sim-small"
+duration_s = 6
+[workload]
+name = "app"
+seed = 2
+[[path]]
+rtt_ms = 40.0
+buffer_bdp = 1.0
+[grid]
+bandwidth_mbps = [5.0, 50.0]
+[policies.quic]
+baseline = true
+[policies.bbr]
+proto = "quic"
+edge_args = ["--cc", "bbr", "--initial-window", "20", "--tcp-cc", "reno"]
+"""
+
+
+def _scenario(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_quic_scenario_runs_in_the_simulator_with_the_labs_table_and_report(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
+    cmd = [str(gearbox_bin), "sim", "run", str(_scenario(tmp_path, SMALL)), "--out", str(out), "--no-progress"]
+    r = subprocess.run([*cmd, "--report"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "bbr" in r.stdout and "report:" in r.stdout
+
+    runs = json.loads((out / "runs.json").read_text())
+    assert sorted(x["run_id"] for x in runs) == ["c000-bbr-r0", "c000-quic-r0", "c001-bbr-r0", "c001-quic-r0"]
+    assert all(x["status"] == "ok" and x["client_records"] > 0 for x in runs)
+    for cond in ("c000", "c001"):
+        quic = _records(out / "runs" / f"{cond}-quic-r0" / "client.jsonl")
+        bbr = _records(out / "runs" / f"{cond}-bbr-r0" / "client.jsonl")
+        assert {x["source"] for x in quic + bbr} == {"sim"}
+        assert {x["transport"]["cc"] for x in quic} == {"cubic"}  # the edge's default
+        assert {x["transport"]["cc"] for x in bbr} == {"bbr"}
+        # The lab's contract: every policy of a repetition gets the same requests.
+        # (Records come in completion order; `time_unix_ms` is when the request was sent.)
+        assert sorted((x["time_unix_ms"], x["url"]) for x in quic) == sorted((x["time_unix_ms"], x["url"]) for x in bbr)
+    config = (out / "runs" / "c000-bbr-r0" / "sim.toml").read_text()
+    assert 'cc = "bbr"' in config and "initial_window = 20" in config and "rate_bps = 5000000" in config
+
+    # The fidelity comparison's reading of a lab folder: the mean RCT per condition.
+    measured = fidelity.measure(out)
+    for cond in ("c000", "c001"):
+        recs = _records(out / "runs" / f"{cond}-quic-r0" / "client.jsonl") + _records(
+            out / "runs" / f"{cond}-bbr-r0" / "client.jsonl"
+        )
+        assert measured[cond][1] == pytest.approx(sum(x["rct_ms"] for x in recs) / len(recs))
+        assert measured[cond][2] == len(recs)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert {p["policy"] for p in summary["policies"]} == {"quic", "bbr"}
+    assert (out / "report.html").stat().st_size > 0
+    again = subprocess.run(
+        [sys.executable, "-m", "gearbox.lab", "report", str(out)], capture_output=True, text=True, env=env
+    )
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda t: t + "[policies.tcp]\nbaseline = false\n", "policies.tcp", "TCP"),
+        (
+            lambda t: t + '[policies.gear]\nproto = "quic"\nload_args = ["--gear", "x"]\n',
+            "policies.gear.load_args",
+            "client flags --gear x",
+        ),
+        (
+            lambda t: t.replace('"--cc", "bbr"', '"--gear", "floo"'),
+            "policies.bbr.edge_args",
+            "edge flag --gear",
+        ),
+        (lambda t: t.replace("seed = 2\n", "seed = 2\ntime_scale = 2.0\n"), "workload.time_scale", "time_scale 2"),
+        (
+            lambda t: 'topology = "multipath"\n' + t + "[[path]]\nrtt_ms = 80.0\nbuffer_bdp = 1.0\n",
+            "topology",
+            "multipath",
+        ),
+        (lambda t: t + "[control]\npoll_s = 1.0\n", "control", "control plane"),
+    ],
+)
+def test_what_the_simulator_cannot_run_is_refused_by_name(tmp_path: Path, change, field: str, words: str) -> None:
+    s = sc.load(_scenario(tmp_path, change(SMALL)))
+    with pytest.raises(sc.ScenarioError) as e:
+        sim_run.check(s)
+    assert field in str(e.value) and words in str(e.value) and "gearbox lab run" in str(e.value)
+
+
+def test_the_fidelity_scenarios_are_ones_both_sides_run(tmp_path: Path) -> None:
+    paths = fidelity.write_scenarios(tmp_path, reps=2, duration_s=5.0)
+    counts = {}
+    for p in paths:
+        s = sc.load(p)
+        sim_run.check(s)  # nothing the simulator would refuse
+        assert s.repetitions == 2 and [x.name for x in s.policies] == ["quic"]
+        counts[s.name] = len(sc.conditions(s))
+    # The grid of 16 (rate x RTT x loss x buffer) and three traces, each with both workloads.
+    assert counts == {
+        f"fidelity-{shape}-{kind}": (16 if shape == "grid" else 1)
+        for shape in ("grid", *fidelity.TRACES)
+        for kind in ("app", "bulk")
+    }
