@@ -425,6 +425,19 @@ pub struct LoadArgs {
     /// Model directory of `--scheduler sailfish` (policy.json and its sidecar, from `gearbox learn sailfish`).
     #[arg(long, value_name = "DIR", default_value = "models/sailfish")]
     pub sailfish_model: PathBuf,
+    /// HTTP version of each page load of a page workload: h2, h3, or auto (FlexHTTP's selector:
+    /// the (URL, hour-of-week) cache, a random version on a miss, the forest in
+    /// --flexhttp-model filling the cache; docs/flexhttp.md). The choice and its reason go into
+    /// every object's telemetry record (`decision`).
+    #[arg(long, value_name = "VERSION", value_parser = ["h2", "h3", "auto"])]
+    pub http_version: Option<String>,
+    /// The agent's global forest for `--http-version auto` (`gearbox agent classifier --out DIR`).
+    #[arg(long, value_name = "FILE", default_value = "models/flexhttp/forest.json")]
+    pub flexhttp_model: PathBuf,
+    /// The network features for `--http-version auto`: the JSON `gearbox agent measure` prints
+    /// (rtt_ms, loss_rate, capacity_mbps). Without it every miss stays random.
+    #[arg(long, value_name = "FILE")]
+    pub agent_network: Option<PathBuf>,
     #[command(flatten)]
     pub conn: ConnArgs,
     #[command(flatten)]
@@ -468,6 +481,26 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             Some(path_scheduling(name, &a.sailfish_model, paths)?)
         }
     };
+    let page_version = match &a.http_version {
+        None => None,
+        Some(version) => {
+            if !matches!(spec.pattern(), Some(Pattern::Page(_))) {
+                bail!(
+                    "--http-version chooses per page load; workload {} has no pages (use --workload page)",
+                    spec.name
+                );
+            }
+            if a.proto.is_some() || a.scheduler.is_some() {
+                bail!("--http-version decides the transport of each page load; leave --proto and --scheduler out");
+            }
+            Some(http_version_chooser(
+                version,
+                &a.flexhttp_model,
+                a.agent_network.as_deref(),
+                a.seed,
+            )?)
+        }
+    };
     let control = client_control(&a.control)?;
     let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
     let (transport, gear, slot) = a.gear.resolve(a.proto, polled)?;
@@ -493,6 +526,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             time_scale: a.time_scale,
             paths: conn.local_addr.len().max(1),
             path_scheduler,
+            page_version,
         };
         let page_loads = replay(&client, &spec, a.seed, &requests, &options).await;
         if let Some(p) = polling {
@@ -514,4 +548,78 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         summary.write_table(&mut out, a.telemetry.as_deref())?;
     }
     Ok(())
+}
+
+/// The page-level HTTP-version choice of `gearbox load --http-version`: fixed h2 or h3, or
+/// FlexHTTP's selector (`gearbox_gears::http_version::FlexHttp`) fed with the agent's network
+/// measurement and the page's Table 1 features (counts and bytes by kind, from the page graph).
+fn http_version_chooser(
+    version: &str,
+    model: &Path,
+    network: Option<&Path>,
+    seed: u64,
+) -> anyhow::Result<gearbox_client::replay::PageVersionChooser> {
+    use gearbox_gears::http_version::{FlexHttp, HttpVersion, NetworkFeatures, PageFeatures};
+    use gearbox_workload::ObjectKind;
+
+    let transport_of = |v: HttpVersion| match v {
+        HttpVersion::H2 => TransportPref::Tcp,
+        HttpVersion::H3 => TransportPref::Quic,
+    };
+    let fixed = match version {
+        "h2" => Some(HttpVersion::H2),
+        "h3" => Some(HttpVersion::H3),
+        _ => None,
+    };
+    if let Some(v) = fixed {
+        let reason = format!("flexhttp: fixed {}", v.name());
+        return Ok(gearbox_client::replay::PageVersionChooser {
+            name: v.name().to_string(),
+            choose: Arc::new(move |_, _| (transport_of(v), reason.clone())),
+        });
+    }
+    let net: Option<NetworkFeatures> = match network {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("--agent-network {}", path.display()))?;
+            Some(serde_json::from_str(&text).with_context(|| {
+                format!("--agent-network {}: expected the JSON of `gearbox agent measure` (rtt_ms, loss_rate, capacity_mbps)", path.display())
+            })?)
+        }
+    };
+    let gear = std::sync::Mutex::new(FlexHttp::load(model, seed));
+    Ok(gearbox_client::replay::PageVersionChooser {
+        name: "flexhttp".to_string(),
+        choose: Arc::new(move |url, page| {
+            let mut f = PageFeatures {
+                all_files: 0.0,
+                all_bytes: 0.0,
+                css_files: 0.0,
+                css_bytes: 0.0,
+                js_files: 0.0,
+                js_bytes: 0.0,
+                image_files: 0.0,
+                image_bytes: 0.0,
+            };
+            for o in &page.objects {
+                let bytes = o.size_bytes as f64;
+                f.all_files += 1.0;
+                f.all_bytes += bytes;
+                match o.kind {
+                    ObjectKind::Css => (f.css_files, f.css_bytes) = (f.css_files + 1.0, f.css_bytes + bytes),
+                    ObjectKind::Js => (f.js_files, f.js_bytes) = (f.js_files + 1.0, f.js_bytes + bytes),
+                    ObjectKind::Image => (f.image_files, f.image_bytes) = (f.image_files + 1.0, f.image_bytes + bytes),
+                    _ => {}
+                }
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let choice = gear
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .choose(url, now, net.as_ref().map(|n| (n, &f)));
+            (transport_of(choice.version), choice.reason)
+        }),
+    })
 }

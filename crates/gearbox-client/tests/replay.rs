@@ -43,6 +43,7 @@ async fn replay_against_our_edge(
         time_scale: 0.001,
         paths: 1,
         path_scheduler: None,
+        page_version: None,
     };
     let page_loads = bounded(replay(&client, &spec, 3, &requests, &options))
         .await

@@ -428,6 +428,7 @@ impl PyClient {
             path_index,
             click,
             fresh_connection,
+            reason: None,
         };
         let load = self.run(py, |c| c.load_page(origin, &page, &options))?;
         to_py(py, &PageLoadOut::from(&load))
