@@ -78,6 +78,11 @@ class Client:
         idle_timeout_s: a connection idle this long is closed instead of reused.
         quic_initial_window_packets: QUIC initial window in 1200-byte packets (default RFC 9002's).
         max_h1_connections_per_origin: HTTP/1.1 connections per origin and path.
+        control: upload every record to the control plane (docs/control.md): {"url":
+            "https://HOST:PORT", "token": client token, "ca": PEM file, optionally "spool"
+            (default "gearbox-spool"), "batch_records", "batch_interval_ms", "max_spool_bytes",
+            "final_upload_ms", "timeout_ms"}; spooled on disk, sent in batches with
+            idempotency keys; `close` makes the last attempt.
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class Client:
         idle_timeout_s: float = 30.0,
         quic_initial_window_packets: int | None = None,
         max_h1_connections_per_origin: int = 6,
+        control: dict[str, Any] | None = None,
     ) -> None: ...
     def get(self, url: str, transport: _Transport = "tcp") -> Response:
         """GET `url` (https://host:port/path) over `transport`."""

@@ -48,6 +48,8 @@ class Control:
     tokens: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: The service's module: the control plane, or one built on it (gearbox.flexhttp, the agent).
+    module: str = "gearbox.control"
 
     @property
     def url(self) -> str:
@@ -84,7 +86,7 @@ class Control:
         self.starts += 1
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gearbox.control", "serve", "--config", str(self.config)],
+                [sys.executable, "-m", self.module, "serve", "--config", str(self.config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

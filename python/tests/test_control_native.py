@@ -235,14 +235,23 @@ def test_native_control_flags_are_checked_before_the_edge_starts(gearbox_bin: Pa
     assert r.returncode != 0 and "control: token" in r.stderr
     r = edge("--control", "http://127.0.0.1:1", "--token", "t", "--control-ca", "ca.pem")
     assert r.returncode != 0 and "HTTPS only" in r.stderr
-    r = subprocess.run(
-        [str(gearbox_bin), "get", "https://127.0.0.1:9/", "--control", "https://127.0.0.1:1", "--token", "t"]
-        + ["--control-ca", str(cert), "--policies", str(tmp_path / "p")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode != 0 and "does not poll policies natively yet" in r.stderr
+
+    def get(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(gearbox_bin), "get", "https://127.0.0.1:9/", "--control", "https://127.0.0.1:1", "--token", "t"]
+            + ["--control-ca", str(cert), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # The client polls its transport gear's models: only a gear that runs models takes --policies.
+    r = get("--policies", str(tmp_path / "p"))
+    assert r.returncode != 0 and "which decide only `--proto auto` requests" in r.stderr
+    r = get("--policies", str(tmp_path / "p"), "--gear", "race")
+    assert r.returncode != 0 and "the transport gear race runs no model to poll" in r.stderr
+    r = get("--poll-s", "1")
+    assert r.returncode != 0 and "give --policies DIR too" in r.stderr
     missing = tmp_path / "no-such-ca.pem"
     r = edge("--control", "https://127.0.0.1:1", "--token", "t", "--control-ca", str(missing))
     assert r.returncode != 0 and str(missing) in r.stderr
@@ -290,6 +299,170 @@ def test_native_edge_swaps_a_pushed_floo_model_and_refuses_one_that_does_not_loa
         edge, _ = start_edge(gearbox_bin, control, tmp_path, "edge-2", *floo)
         assert wait_for(lambda: "policy poll failed" in (tmp_path / "edge-2.log").read_text(), 30)
         assert "no usable model" not in (tmp_path / "edge-2.log").read_text()
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()
+
+
+def _decision_policies(records: list[dict]) -> list[int | None]:
+    from gearbox.lab.control import policy_version
+
+    return [policy_version(r) for r in sorted(records, key=lambda r: r["time_unix_ms"])]
+
+
+def test_native_client_swaps_pushed_transport_models_mid_run_refuses_corrupt_ones_and_restarts_from_disk(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """`gearbox load|get --control ... --policies DIR` (docs/control.md, "The client's policies"):
+    WiseTrans' models pushed during a run are taken by the running client, every record names the
+    version that chose its transport, a corrupt or unloadable version is refused with the running
+    one kept, and a client started while the control plane is down runs the copy on disk."""
+    control = control_plane(tmp_path / "control", "store")
+    policies = tmp_path / "client-policies"
+    current = policies / "wisetrans" / "current"
+    client_jsonl = tmp_path / "client.jsonl"
+    edge = None
+
+    def client_flags() -> list[str]:
+        return control_flags(control, "client", tmp_path / "client-spool") + [
+            "--policies",
+            str(policies),
+            "--poll-s",
+            "0.2",
+            "--proto",
+            "auto",
+            "--gear",
+            "wisetrans-v2",
+            "--ca",
+            str(control.cert),
+        ]
+
+    def get(port: int, log: str) -> dict:
+        r = subprocess.run(
+            [str(gearbox_bin), "--log", "info", "get", f"https://127.0.0.1:{port}/bytes/3000"]
+            + ["--out", str(client_jsonl)]
+            + client_flags(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        (tmp_path / log).write_text(r.stderr)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    try:
+        edge, port = start_edge(gearbox_bin, control, tmp_path, "edge")
+        assert _push(control, "wisetrans", REPO / "models" / "wisetrans", "--activate")[0] == 0
+        # `get` polls once before its request: version 1 decides it and is kept on disk.
+        assert _decision_policies([get(port, "get-first.log")]) == [1]
+        assert os.readlink(current) == "v1"
+        # A run of `gearbox load` long enough for a push in its middle (feed: clicks of ~13 requests).
+        load = subprocess.Popen(
+            [str(gearbox_bin), "--log", "info", "load", "--workload", "feed", "--duration-s", "240"]
+            + ["--time-scale", "0.05", "--target", f"https://127.0.0.1:{port}"]
+            + ["--telemetry", str(client_jsonl)]
+            + client_flags(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / "load.log").open("wb"),
+        )
+        try:
+            assert wait_for(lambda: 1 in _decision_policies(lines(client_jsonl)), 60), (
+                tmp_path / "load.log"
+            ).read_text()
+            assert _push(control, "wisetrans", REPO / "models" / "wisetrans-bbr", "--activate")[0] == 0
+            assert load.wait(timeout=180) == 0, (tmp_path / "load.log").read_text()
+        finally:
+            if load.poll() is None:
+                load.kill()
+        seen = _decision_policies(lines(client_jsonl))
+        # The run starts from the copy on disk (1) and takes the push (2) without a restart:
+        # version 1, then version 2 (requests of one click start together, so at the swap their
+        # start times may interleave by a little).
+        assert set(seen) == {1, 2} and seen[1] == 1 and seen[-1] == 2, seen
+        assert sum(a != b for a, b in zip(seen, seen[1:], strict=False)) <= 3, seen
+        assert os.readlink(current) == "v2"
+        log = (tmp_path / "load.log").read_text()
+        assert "policy swapped" in log and "new models in use" in log
+
+        # A corrupt artifact (v3's stored bytes damaged after the push): the sha256 check refuses it.
+        assert _push(control, "wisetrans", REPO / "models" / "wisetrans")[0] == 0
+        with control.http("admin") as admin:
+            sha3 = admin.get("/v1/policies/wisetrans/versions").json()["versions"][2]["sha256"]
+        blob = control.directory / "store" / "blobs" / sha3
+        damaged = bytearray(blob.read_bytes())
+        damaged[len(damaged) // 2] ^= 0x55
+        blob.write_bytes(bytes(damaged))
+        _activate(control, "wisetrans", 3)
+        r = get(port, "get-corrupt.log")
+        assert _decision_policies([r]) == [2]
+        assert "sha256 mismatch" in (tmp_path / "get-corrupt.log").read_text()
+        # Models that do not load (a damaged model file, its sidecar intact): the loader refuses them.
+        broken = tmp_path / "wisetrans-broken"
+        shutil.copytree(REPO / "models" / "wisetrans", broken)
+        (broken / "quic.json").write_text('{"learner": "not a model"}')
+        assert _push(control, "wisetrans", broken, "--activate")[0] == 0
+        r = get(port, "get-broken.log")
+        assert _decision_policies([r]) == [2]
+        assert "refused by the loader" in (tmp_path / "get-broken.log").read_text()
+        assert os.readlink(current) == "v2" and not (policies / "wisetrans" / "v4").exists()
+        with control.http("admin") as admin:
+            peers = {p["name"]: p for p in admin.get("/v1/peers").json()["peers"]}
+        assert peers["client"]["policies"] == {"wisetrans": 2}
+
+        # The control plane down: the client runs the copy on disk and spools its record.
+        control.stop()
+        r = get(port, "get-down.log")
+        assert _decision_policies([r]) == [2]
+        assert "policy poll failed" in (tmp_path / "get-down.log").read_text()
+        control.start()
+        get(port, "get-back.log")  # sends what the previous run left in the spool, then its own
+        assert spooled_batches(tmp_path / "client-spool") == 0
+        written = lines(client_jsonl)
+        assert Counter(key(r) for r in stored(control) if r["side"] == "client") == Counter(key(r) for r in written)
+    finally:
+        if edge is not None:
+            stop(edge)
+        control.stop()
+
+
+def test_the_python_client_uploads_its_records_with_control_and_a_later_client_sends_what_an_outage_left(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """`gearbox.Client(control={...})`: the records go to the spool and to the control plane, each
+    stored once; records made while the service is down wait in the spool for the next client."""
+    control = control_plane(tmp_path / "control", "store")
+    edge = None
+    telemetry = tmp_path / "client.jsonl"
+    settings = {
+        "url": control.url,
+        "token": control.tokens["client"],
+        "ca": str(control.cert),
+        "spool": str(tmp_path / "spool"),
+        "batch_records": 3,
+    }
+    try:
+        edge, port = start_edge(gearbox_bin, control, tmp_path, "edge")
+        with pytest.raises(ValueError, match="unknown field `tokn`"):
+            gearbox.Client(control={**settings, "tokn": "x"})
+        with pytest.raises(ValueError, match="no transport gear with models to poll"):
+            gearbox.Client(control={**settings, "policies": str(tmp_path / "p")})
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            for transport in ("tcp", "quic", "h1", "tcp", "quic"):
+                c.get(f"https://127.0.0.1:{port}/bytes/1500", transport=transport)
+        control.stop()
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            for _ in range(4):
+                c.get(f"https://127.0.0.1:{port}/bytes/700", transport="quic")
+        assert spooled_batches(tmp_path / "spool") > 0  # the service was down: they wait
+        control.start()
+        with gearbox.Client(ca=str(control.cert), telemetry=str(telemetry), control=settings) as c:
+            c.get(f"https://127.0.0.1:{port}/bytes/10", transport="tcp")
+        assert spooled_batches(tmp_path / "spool") == 0
+        written = lines(telemetry)
+        assert len(written) == 10
+        assert Counter(key(r) for r in stored(control) if r["side"] == "client") == Counter(key(r) for r in written)
     finally:
         if edge is not None:
             stop(edge)

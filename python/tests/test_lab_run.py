@@ -184,3 +184,59 @@ def test_the_live_oracle_runs_the_schedule_its_static_runs_give_it(gearbox_bin: 
     assert not any(r["error"] for r in recs)
     late = [r for r in recs if (r["time_unix_ms"] - started) / 1000.0 > 4.5]
     assert late and all(r["protocol"] in ("h1", "h2") for r in late)
+
+
+def test_the_control_loop_scenario_uploads_every_record_once_and_both_ends_take_the_policies_pushed_mid_run(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    """scenarios/control-loop.toml as shipped (docs/control.md, "A lab scenario"): per run a
+    `gearbox control serve` in the server namespace, the edge and the client uploading to it
+    (the client over the emulated link), a Cwnd Table and WiseTrans models pushed before the
+    run and again 8 s after the links start. About 1.5 min."""
+    try:
+        environment.check_emulator()
+    except environment.LabError as e:
+        pytest.skip(str(e))
+    import json
+
+    import duckdb
+
+    s = sc.load(REPO / "scenarios" / "control-loop.toml")
+    out = tmp_path / "out"
+    outcome = runner.run_scenario(s, out, gearbox=gearbox_bin, progress=False, log=lambda m: None)
+    assert [r.status for r in outcome.results] == ["ok", "ok", "ok"], [r.message for r in outcome.results]
+    for r in outcome.results:
+        run = Path(r.dir)
+        c = json.loads((run / "control.json").read_text())
+        for side in ("edge", "client"):
+            v = c["sides"][side]
+            assert v["written"] > 0 and v["stored"] == v["written"] and v["missing"] == v["twice"] == 0, (side, v)
+        pushed = c["pushed"]
+        assert [p["gear"] for p in pushed] == ["tcpwise", "wisetrans", "tcpwise", "wisetrans"]
+        assert all(p["ok"] for p in pushed) and all(p["after_s"] >= 8.0 for p in pushed[2:])
+        # The edge took version 2 of its Cwnd Table while it ran, and (over QUIC, where the edge
+        # applies the table itself) served new connections from it.
+        assert os.readlink(run / "edge-policies" / "tcpwise" / "current") == "v2"
+        assert c["peers"]["edge"] == {"tcpwise": 2}
+        if r.policy == "quic":
+            assert "2" in c["edge_records_by_table_version"], c["edge_records_by_table_version"]
+        if r.policy == "wisetrans-v2":
+            # The client's WiseTrans ran version 1, then version 2, with no restart.
+            assert os.readlink(run / "client-policies" / "wisetrans" / "current") == "v2"
+            by = c["client_requests_by_policy_version"]
+            assert by.get("1", 0) > 0 and by.get("2", 0) > 0, by
+        else:
+            assert c["client_requests_by_policy_version"] == {"none": c["sides"]["client"]["written"]}
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        versions = con.execute(
+            "select policy_version, count(*) from requests where policy = 'wisetrans-v2' and side = 'client' "
+            "and policy_version is not null "
+            "group by 1 order by 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert [v for v, _ in versions] == [1, 2], versions
+    from gearbox.lab.report import write_report
+
+    assert "Control plane" in write_report(out).read_text()

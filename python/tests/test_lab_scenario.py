@@ -323,3 +323,28 @@ def test_the_preset_names_match_the_binary(gearbox_bin: Path) -> None:
     if out.returncode != 0:
         pytest.skip(f"this gearbox build has no `trace` subcommand: {out.stderr.strip()}")
     assert tuple(out.stdout.split()) == sc.TRACE_PRESETS
+
+
+def test_a_control_table_reads_its_pushes_and_names_what_is_wrong(tmp_path: Path) -> None:
+    from gearbox.lab import control
+
+    (tmp_path / "pol").mkdir()
+    text = BASE + '[control]\npoll_s = 0.5\n[[control.push]]\ngear = "tcpwise"\ndir = "pol"\n'
+    s = sc.load(write(tmp_path, text + '[[control.push]]\ngear = "wisetrans"\ndir = "pol"\nat_s = 4\n'))
+    assert s.control is not None and s.control.poll_s == 0.5
+    assert [(p.gear, p.dir, p.at_s) for p in s.control.pushes] == [
+        ("tcpwise", tmp_path / "pol", 0.0),
+        ("wisetrans", tmp_path / "pol", 4.0),
+    ]
+    assert "control.push[0].gear" in str(error_of(tmp_path, text.replace('"tcpwise"', '"cubic"')))
+    e = str(error_of(tmp_path, text.replace('dir = "pol"', 'dir = "nope"')))
+    assert "control.push[0].dir" in e and "no such folder" in e
+    e = str(error_of(tmp_path, text + "at_s = 8\n"))
+    assert "control.push[0].at_s" in e and "duration_s" in e
+    e = str(error_of(tmp_path, text + "when = 1\n"))
+    assert "control.push[0].when" in e and "unknown field" in e
+    # Which clients poll: a WiseTrans gear (the default of `auto`), not a static or racing one.
+    assert control.polls_transport_models("auto", [])
+    assert control.polls_transport_models("auto", ["--gear", "mlp", "--model-dir", "m"])
+    assert not control.polls_transport_models("auto", ["--gear=race"])
+    assert not control.polls_transport_models("quic", [])

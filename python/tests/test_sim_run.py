@@ -107,6 +107,7 @@ def test_a_quic_scenario_runs_in_the_simulator_with_the_labs_table_and_report(
             "topology",
             "multipath",
         ),
+        (lambda t: t + "[control]\npoll_s = 1.0\n", "control", "control plane"),
     ],
 )
 def test_what_the_simulator_cannot_run_is_refused_by_name(tmp_path: Path, change, field: str, words: str) -> None:

@@ -20,9 +20,13 @@ use gearbox_client::replay::{replay, replay_page, PathScheduling, RecordLog, Rec
 use gearbox_client::{
     Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
 };
+use gearbox_dataplane::control::{ControlClient, ControlConfig, PolicyPoller};
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_gears::path::{scheduler as path_scheduler, SailfishGear, SCHEDULERS};
-use gearbox_gears::transport::{transport_gear, Mode, TransportConfig};
+use gearbox_gears::transport::swap::version_of;
+use gearbox_gears::transport::{
+    transport_gear, Mode, MonitorSlot, SwappableWiseTrans, TransportConfig, WISETRANS_GEAR,
+};
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
 use crate::control_args::ControlArgs;
@@ -86,9 +90,15 @@ pub struct GearArgs {
     pub gear_config: Option<PathBuf>,
 }
 
+/// A transport gear, and where its polled models go when it takes them from the control
+/// plane.
+type ResolvedGear = (TransportPref, Box<dyn TransportGear>, Option<MonitorSlot>);
+
 impl GearArgs {
-    /// The transport of every request and the gear that decides `auto` ones.
-    fn resolve(&self, proto: Option<Proto>) -> anyhow::Result<(TransportPref, Box<dyn TransportGear>)> {
+    /// The transport of every request and the gear that decides `auto` ones; with
+    /// `polled` (`--policies`), a gear whose models the control plane's registry replaces
+    /// while it runs (docs/control.md, "The client's policies").
+    fn resolve(&self, proto: Option<Proto>, polled: bool) -> anyhow::Result<ResolvedGear> {
         let transport = match (proto, self.gear) {
             (Some(p), Some(mode)) if p != Proto::Auto => {
                 let name = TransportPref::from(p).name();
@@ -102,13 +112,24 @@ impl GearArgs {
             Some(path) => TransportConfig::from_file(path)?,
             None => TransportConfig::default(),
         };
+        let mode = self.gear.unwrap_or(Mode::WiseTransV2);
+        if polled {
+            if transport != TransportPref::Auto {
+                bail!("--policies polls the transport gear's models, which decide only `--proto auto` requests; drop --policies or use --proto auto");
+            }
+            // Started from --model-dir (or without models); the last good copy on disk
+            // replaces it at the first decision (client_poller).
+            let Some((gear, slot)) = SwappableWiseTrans::new(mode, self.model_dir.as_deref(), None, config) else {
+                bail!("--policies: the transport gear {mode} runs no model to poll; wisetrans-v1, wisetrans-v2 and mlp do");
+            };
+            return Ok((transport, Box::new(gear), Some(slot)));
+        }
         let gear: Box<dyn TransportGear> = if transport == TransportPref::Auto {
-            let mode = self.gear.unwrap_or(Mode::WiseTransV2);
             transport_gear(mode, self.model_dir.as_deref(), config)
         } else {
             Box::new(StaticTransport::new(transport))
         };
-        Ok((transport, gear))
+        Ok((transport, gear, None))
     }
 }
 
@@ -195,15 +216,50 @@ pub(crate) fn telemetry_sink(path: Option<&Path>) -> anyhow::Result<TelemetrySin
     }
 }
 
-/// The records to `path` and, with `--control`, to the control plane (docs/control.md).
-fn control_sink(path: Option<&Path>, control: &ControlArgs) -> anyhow::Result<TelemetrySink> {
-    match control.apply(None, "client-spool")? {
-        None => telemetry_sink(path),
-        Some(c) if c.policies.is_some() || c.poll_interval_s.is_some() => {
-            bail!("--policies and --poll-s: the client does not poll policies natively yet (docs/control.md); `gearbox control agent --policies DIR` keeps its model files current")
+/// The control plane settings of `get` and `load` (none without `--control`).
+fn client_control(control: &ControlArgs) -> anyhow::Result<Option<ControlConfig>> {
+    let c = control.apply(None, "client-spool")?;
+    if let Some(c) = &c {
+        if c.policies.is_none() && c.poll_interval_s.is_some() {
+            bail!("--poll-s sets how often --policies DIR is kept current; give --policies DIR too");
         }
-        Some(c) => Ok(TelemetrySink::open(path, Some(&c))?),
     }
+    Ok(c)
+}
+
+/// The records to `path` and, with a control plane, to its upload spool
+/// (docs/control.md). Inside the runtime.
+fn control_sink(path: Option<&Path>, control: Option<&ControlConfig>) -> anyhow::Result<TelemetrySink> {
+    match control {
+        None => telemetry_sink(path),
+        Some(c) => Ok(TelemetrySink::open(path, Some(c))?),
+    }
+}
+
+/// The poller of the client's policies (docs/control.md, "The client's policies"): the
+/// registry's `wisetrans` versions go to the gear's `slot`, loaded beside the running
+/// models and refused when they do not load. The last good copy on disk, if there is one,
+/// is loaded into the slot now, so a client started while the control plane is down runs
+/// what it ran before.
+fn client_poller(control: &ControlConfig, slot: MonitorSlot) -> anyhow::Result<PolicyPoller> {
+    let root = control.policies.as_deref().context("client_poller needs --policies")?;
+    let mut poller = PolicyPoller::new(
+        ControlClient::new(control)?,
+        root,
+        control.poll_interval_s.map(Duration::from_secs_f64),
+    )?;
+    poller.on(
+        WISETRANS_GEAR,
+        Box::new(move |dir: &Path| slot.load(dir, version_of(dir))),
+    );
+    let (loaded, failed) = poller.load_from_disk();
+    for (gear, version) in loaded {
+        tracing::info!(gear, version, "policy: the last good copy on disk loaded");
+    }
+    for f in failed {
+        eprintln!("gearbox: warning: policy: the copy on disk cannot be loaded: {f}");
+    }
+    Ok(poller)
 }
 
 /// A hint for errors a user can fix with a flag.
@@ -248,10 +304,19 @@ pub struct GetArgs {
 /// set), the body to `-o`, and a failure to stderr with a nonzero exit.
 pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
     let method = http_method(&a.method)?;
-    let (transport, gear) = a.gear.resolve(a.proto)?;
+    let control = client_control(&a.control)?;
+    let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
+    let (transport, gear, slot) = a.gear.resolve(a.proto, polled)?;
     let rt = runtime()?;
     rt.block_on(async {
-        let sink = control_sink(a.out.as_deref(), &a.control)?;
+        let sink = control_sink(a.out.as_deref(), control.as_ref())?;
+        if let (Some(c), Some(slot)) = (&control, slot) {
+            // One request: one poll first, so it runs the registry's active version.
+            let mut poller = client_poller(c, slot)?;
+            if let Err(e) = poller.poll_once().await {
+                eprintln!("gearbox get: warning: policy poll failed ({e}); the request runs what is on disk");
+            }
+        }
         let client = Client::with_gear(a.conn.config(sink)?, gear).context("gearbox get")?;
         let mut req = Request::get(&a.url, transport);
         req.method = method;
@@ -365,6 +430,19 @@ pub struct LoadArgs {
     /// Model directory of `--scheduler sailfish` (policy.json and its sidecar, from `gearbox learn sailfish`).
     #[arg(long, value_name = "DIR", default_value = "models/sailfish")]
     pub sailfish_model: PathBuf,
+    /// HTTP version of each page load of a page workload: h2, h3, or auto (FlexHTTP's selector:
+    /// the (URL, hour-of-week) cache, a random version on a miss, the forest in
+    /// --flexhttp-model filling the cache; docs/flexhttp.md). The choice and its reason go into
+    /// every object's telemetry record (`decision`).
+    #[arg(long, value_name = "VERSION", value_parser = ["h2", "h3", "auto"])]
+    pub http_version: Option<String>,
+    /// The agent's global forest for `--http-version auto` (`gearbox agent classifier --out DIR`).
+    #[arg(long, value_name = "FILE", default_value = "models/flexhttp/forest.json")]
+    pub flexhttp_model: PathBuf,
+    /// The network features for `--http-version auto`: the JSON `gearbox agent measure` prints
+    /// (rtt_ms, loss_rate, capacity_mbps). Without it every miss stays random.
+    #[arg(long, value_name = "FILE")]
+    pub agent_network: Option<PathBuf>,
     #[command(flatten)]
     pub conn: ConnArgs,
     #[command(flatten)]
@@ -414,7 +492,29 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             spec.name
         );
     }
-    let (transport, gear) = a.gear.resolve(a.proto)?;
+    let page_version = match &a.http_version {
+        None => None,
+        Some(version) => {
+            if !matches!(spec.pattern(), Some(Pattern::Page(_))) {
+                bail!(
+                    "--http-version chooses per page load; workload {} has no pages (use --workload page)",
+                    spec.name
+                );
+            }
+            if a.proto.is_some() || a.scheduler.is_some() {
+                bail!("--http-version decides the transport of each page load; leave --proto and --scheduler out");
+            }
+            Some(http_version_chooser(
+                version,
+                &a.flexhttp_model,
+                a.agent_network.as_deref(),
+                a.seed,
+            )?)
+        }
+    };
+    let control = client_control(&a.control)?;
+    let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
+    let (transport, gear, slot) = a.gear.resolve(a.proto, polled)?;
     let requests = spec.generate(a.seed, limit);
     if requests.is_empty() {
         bail!("workload {} gives no requests for this limit", spec.name);
@@ -422,7 +522,12 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     let started = Instant::now();
     let (records, page_loads) = rt.block_on(async {
-        let sink = control_sink(a.telemetry.as_deref(), &a.control)?;
+        let sink = control_sink(a.telemetry.as_deref(), control.as_ref())?;
+        // Polls while the workload runs; each new version is taken by the gear's next call.
+        let polling = match (&control, slot) {
+            (Some(c), Some(slot)) => Some(client_poller(c, slot)?.spawn()),
+            _ => None,
+        };
         let log = RecordLog::new();
         let gear = RecordingGear::new(gear, log.clone());
         let client = Client::with_gear(conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
@@ -432,11 +537,16 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             time_scale: a.time_scale,
             paths: conn.local_addr.len().max(1),
             path_scheduler,
+            page_version,
         };
         let page_loads = match a.page_seed {
-            Some(page) => replay_page(&client, &spec, page, &options).await?,
-            None => replay(&client, &spec, a.seed, &requests, &options).await?,
+            Some(page) => replay_page(&client, &spec, page, &options).await,
+            None => replay(&client, &spec, a.seed, &requests, &options).await,
         };
+        if let Some(p) = polling {
+            p.abort();
+        }
+        let page_loads = page_loads?;
         client.config().telemetry.finish().await;
         Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;
@@ -452,4 +562,78 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         summary.write_table(&mut out, a.telemetry.as_deref())?;
     }
     Ok(())
+}
+
+/// The page-level HTTP-version choice of `gearbox load --http-version`: fixed h2 or h3, or
+/// FlexHTTP's selector (`gearbox_gears::http_version::FlexHttp`) fed with the agent's network
+/// measurement and the page's Table 1 features (counts and bytes by kind, from the page graph).
+fn http_version_chooser(
+    version: &str,
+    model: &Path,
+    network: Option<&Path>,
+    seed: u64,
+) -> anyhow::Result<gearbox_client::replay::PageVersionChooser> {
+    use gearbox_gears::http_version::{FlexHttp, HttpVersion, NetworkFeatures, PageFeatures};
+    use gearbox_workload::ObjectKind;
+
+    let transport_of = |v: HttpVersion| match v {
+        HttpVersion::H2 => TransportPref::Tcp,
+        HttpVersion::H3 => TransportPref::Quic,
+    };
+    let fixed = match version {
+        "h2" => Some(HttpVersion::H2),
+        "h3" => Some(HttpVersion::H3),
+        _ => None,
+    };
+    if let Some(v) = fixed {
+        let reason = format!("flexhttp: fixed {}", v.name());
+        return Ok(gearbox_client::replay::PageVersionChooser {
+            name: v.name().to_string(),
+            choose: Arc::new(move |_, _| (transport_of(v), reason.clone())),
+        });
+    }
+    let net: Option<NetworkFeatures> = match network {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("--agent-network {}", path.display()))?;
+            Some(serde_json::from_str(&text).with_context(|| {
+                format!("--agent-network {}: expected the JSON of `gearbox agent measure` (rtt_ms, loss_rate, capacity_mbps)", path.display())
+            })?)
+        }
+    };
+    let gear = std::sync::Mutex::new(FlexHttp::load(model, seed));
+    Ok(gearbox_client::replay::PageVersionChooser {
+        name: "flexhttp".to_string(),
+        choose: Arc::new(move |url, page| {
+            let mut f = PageFeatures {
+                all_files: 0.0,
+                all_bytes: 0.0,
+                css_files: 0.0,
+                css_bytes: 0.0,
+                js_files: 0.0,
+                js_bytes: 0.0,
+                image_files: 0.0,
+                image_bytes: 0.0,
+            };
+            for o in &page.objects {
+                let bytes = o.size_bytes as f64;
+                f.all_files += 1.0;
+                f.all_bytes += bytes;
+                match o.kind {
+                    ObjectKind::Css => (f.css_files, f.css_bytes) = (f.css_files + 1.0, f.css_bytes + bytes),
+                    ObjectKind::Js => (f.js_files, f.js_bytes) = (f.js_files + 1.0, f.js_bytes + bytes),
+                    ObjectKind::Image => (f.image_files, f.image_bytes) = (f.image_files + 1.0, f.image_bytes + bytes),
+                    _ => {}
+                }
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let choice = gear
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .choose(url, now, net.as_ref().map(|n| (n, &f)));
+            (transport_of(choice.version), choice.reason)
+        }),
+    })
 }

@@ -23,7 +23,8 @@ pub struct ControlArgs {
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
     /// Folder where polled policies are kept (GEAR/vN, GEAR/current); without it, no
-    /// polling.
+    /// polling. The edge polls TCP WISE's Cwnd Table and (with --gear floo) Floo's model;
+    /// `get` and `load` poll the transport gear's models (`wisetrans`, with --proto auto).
     #[arg(long, value_name = "DIR")]
     pub policies: Option<PathBuf>,
     /// Poll interval, seconds [default: the control plane's].

@@ -246,6 +246,7 @@ fn loopback(a: &DemoArgs) -> anyhow::Result<()> {
                 time_scale: a.time_scale,
                 paths: 1,
                 path_scheduler: None,
+                page_version: None,
             };
             replay_requests(&client, &requests, &options).await?;
             client.flush_telemetry().await;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent_cmd;
 mod bench_cmd;
 mod cert_cmd;
 mod client_cmd;
@@ -57,6 +58,9 @@ enum Command {
     /// The page kit: seeded static sites with FlexHTTP's measured page statistics, and their
     /// page features (`gearbox pages --help`, docs/flexhttp.md).
     Pages(pages_cmd::PagesArgs),
+    /// FlexHTTP's agent server: network measurement, global trace pool, global classifier
+    /// (`gearbox agent --help`, docs/flexhttp.md).
+    Agent(agent_cmd::AgentArgs),
     /// The virtual-time simulator: real QUIC over the lab's link model, no root (docs/sim.md).
     Sim(sim_cmd::SimArgs),
     /// Synthetic link traces for scenarios (used by the lab).
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Pages(a) => pages_cmd::run(a),
         Command::Learn(a) => learn_cmd::run(a),
         Command::Control(a) => control_cmd::run(a),
+        Command::Agent(a) => agent_cmd::run(a),
         Command::Sim(a) => sim_cmd::run(a),
         Command::Trace(a) => trace_cmd::run(a),
     };

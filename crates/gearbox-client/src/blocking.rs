@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use gearbox_dataplane::control::ControlConfig;
 use gearbox_dataplane::telemetry::TelemetrySink;
 use gearbox_workload::Page;
 
@@ -41,12 +42,26 @@ impl BlockingClient {
     }
 
     /// A blocking client that appends its records to `path` (`-`: standard output).
-    pub fn with_telemetry_file(mut config: ClientConfig, path: &Path) -> Result<Self, ClientError> {
+    pub fn with_telemetry_file(config: ClientConfig, path: &Path) -> Result<Self, ClientError> {
+        Self::with_telemetry(config, Some(path), None)
+    }
+
+    /// A blocking client whose records go to `file` if given and, with `control`, to the
+    /// control plane: spooled and uploaded in batches (docs/control.md, "Native upload and
+    /// polling"); dropping the client makes the last upload attempt.
+    pub fn with_telemetry(
+        mut config: ClientConfig,
+        file: Option<&Path>,
+        control: Option<&ControlConfig>,
+    ) -> Result<Self, ClientError> {
         let runtime = runtime()?;
         config.telemetry = {
             let _entered = runtime.enter();
-            TelemetrySink::to_file(path)
-                .map_err(|e| ClientError::Config(format!("cannot open telemetry file {}: {e}", path.display())))?
+            match (file, control) {
+                (Some(path), None) => TelemetrySink::to_file(path)
+                    .map_err(|e| ClientError::Config(format!("cannot open telemetry file {}: {e}", path.display())))?,
+                _ => TelemetrySink::open(file, control).map_err(|e| ClientError::Config(e.to_string()))?,
+            }
         };
         let client = Client::new(config)?;
         Ok(BlockingClient { client, runtime })
@@ -86,9 +101,9 @@ impl BlockingClient {
 impl Drop for BlockingClient {
     fn drop(&mut self) {
         // block_on panics inside another runtime; records are then flushed by the sink's
-        // own task when the runtime shuts down.
+        // own task when the runtime shuts down (and uploaded by the next client on the spool).
         if tokio::runtime::Handle::try_current().is_err() {
-            self.runtime.block_on(self.client.flush_telemetry());
+            self.runtime.block_on(self.client.config().telemetry.finish());
         }
     }
 }

@@ -36,6 +36,12 @@ pub struct ClientConfig {
     /// A connection unused for this long is closed instead of reused (and QUIC's
     /// `max_idle_timeout` is set to it).
     pub idle_timeout: Duration,
+    /// No QUIC connection with requests outstanding is declared silent, and no QUIC
+    /// handshake given up, sooner than this (`crate::silence`). The default,
+    /// [`crate::silence::SILENCE_FLOOR`] (1 s), suits a host that schedules the client
+    /// promptly; a load generator sharing starved cores with the server it loads stalls
+    /// for longer than that and would count its own stalls as dead paths.
+    pub quic_silence_floor: Duration,
     /// Most HTTP/1.1 connections open at once per origin and path; more concurrent
     /// requests wait for one (browsers use 6).
     pub max_h1_connections_per_origin: usize,
@@ -55,6 +61,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
+            quic_silence_floor: crate::silence::SILENCE_FLOOR,
             max_h1_connections_per_origin: 6,
             telemetry: TelemetrySink::disabled(),
         }
@@ -73,6 +80,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("quic_silence_floor", &self.quic_silence_floor)
             .field("max_h1_connections_per_origin", &self.max_h1_connections_per_origin)
             .finish_non_exhaustive()
     }

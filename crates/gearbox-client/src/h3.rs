@@ -100,7 +100,8 @@ impl Pool {
 }
 
 /// A QUIC connection and HTTP/3 on it, bounded by the connect timeout; `idle`: the
-/// pool's idle timeout, after which the silence watch closes the connection unused.
+/// pool's idle timeout, after which the silence watch closes the connection unused;
+/// `floor`: the shortest silence the watch acts on (`quic_silence_floor`).
 pub(crate) async fn open_h3(
     dial: &Dial<'_>,
     endpoint: &quinn::Endpoint,
@@ -108,6 +109,7 @@ pub(crate) async fn open_h3(
     cc: &'static str,
     id: u64,
     idle: Duration,
+    floor: Duration,
 ) -> Result<H3Conn, ClientError> {
     let addr = dial.target.addr;
     let started = Instant::now();
@@ -162,7 +164,7 @@ pub(crate) async fn open_h3(
             local_addr,
             handshake_ms,
         },
-        watch: SilenceWatch::spawn(quic.clone(), idle),
+        watch: SilenceWatch::spawn(quic.clone(), idle, floor),
         quic,
         sender,
         cc,
@@ -291,7 +293,9 @@ impl Client {
                     local: dial.local,
                     tcp_cc: dial.tcp_cc,
                     mptcp: dial.mptcp,
-                    connect_timeout: dial.connect_timeout.min(silence::handshake_grace(known_rtt)),
+                    connect_timeout: dial
+                        .connect_timeout
+                        .min(silence::handshake_grace(known_rtt).max(cfg.quic_silence_floor)),
                 };
                 let opened = open_h3(
                     &bounded,
@@ -300,6 +304,7 @@ impl Client {
                     cc,
                     self.next_id(),
                     cfg.idle_timeout,
+                    cfg.quic_silence_floor,
                 )
                 .await;
                 let c = match opened {

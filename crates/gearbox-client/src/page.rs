@@ -33,6 +33,9 @@ pub struct PageLoadOptions {
     /// Fetch the HTML on a new connection (a first visit, so the handshake counts in the
     /// page load time); otherwise a pooled connection to the origin is reused.
     pub fresh_connection: bool,
+    /// Why `transport` was chosen, when a page-level gear chose it (the HTTP-version gear,
+    /// FlexHTTP §3.4): the decision every object's record carries instead of `fixed:...`.
+    pub reason: Option<String>,
 }
 
 impl Default for PageLoadOptions {
@@ -42,6 +45,7 @@ impl Default for PageLoadOptions {
             path_index: 0,
             click: None,
             fresh_connection: true,
+            reason: None,
         }
     }
 }
@@ -109,7 +113,10 @@ impl Client {
         page.validate().map_err(|e| ClientError::Page(e.to_string()))?;
         let origin = origin.trim_end_matches('/');
         let authority = parse_url(&format!("{origin}/"))?.authority;
-        let decision = self.decide(options.transport, &authority);
+        let mut decision = self.decide(options.transport, &authority);
+        if let (Some(reason), false) = (&options.reason, options.transport == TransportPref::Auto) {
+            decision.reason = reason.clone();
+        }
         let transport = decision.choice;
         let count = page.objects.len();
         let mut waiting_on: Vec<usize> = page.objects.iter().map(|o| o.depends_on.len()).collect();

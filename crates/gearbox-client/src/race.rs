@@ -354,8 +354,17 @@ impl Client {
                     reason: format!("cannot open a UDP socket: {e}"),
                 })?;
             let cc = self.inner.cfg.quic_cc.name();
-            let idle = self.inner.cfg.idle_timeout;
-            open_h3(dial, &endpoint, self.inner.quic.clone(), cc, self.next_id(), idle).await
+            let (idle, floor) = (self.inner.cfg.idle_timeout, self.inner.cfg.quic_silence_floor);
+            open_h3(
+                dial,
+                &endpoint,
+                self.inner.quic.clone(),
+                cc,
+                self.next_id(),
+                idle,
+                floor,
+            )
+            .await
         };
         tokio::pin!(quic);
         let head_start = tokio::time::sleep(delay);

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use gearbox_dataplane::stats::{mean, percentile};
 use gearbox_dataplane::telemetry::ClientRecord;
-use gearbox_workload::{Pattern, WorkloadError, WorkloadSpec};
+use gearbox_workload::{Page, Pattern, WorkloadError, WorkloadSpec};
 
 use crate::client::{Client, Request};
 use crate::multipath::MultipathOptions;
@@ -77,6 +77,30 @@ pub struct ReplayOptions {
     /// picks ([`Client::load_page_multipath`]; one scheduler per page load, SAILfish's
     /// epoch). `None`: page loads on one path as above.
     pub path_scheduler: Option<PathScheduling>,
+    /// Page workloads: a page-level gear that picks each page load's transport and says why
+    /// (the HTTP-version gear, FlexHTTP §3.4: h2 = `Tcp`, h3 = `Quic`), given the page's URL
+    /// and graph. `None`: `transport` for every page.
+    pub page_version: Option<PageVersionChooser>,
+}
+
+/// `(page URL, page) -> (transport, reason)`: a page-level gear's decision.
+pub type ChoosePageTransport = dyn Fn(&str, &Page) -> (TransportPref, String) + Send + Sync;
+
+/// Chooses the transport of one page load from its URL and graph, with the reason for telemetry.
+#[derive(Clone)]
+pub struct PageVersionChooser {
+    /// The gear's name (for people).
+    pub name: String,
+    /// `(page URL, page) -> (transport, reason)`.
+    pub choose: Arc<ChoosePageTransport>,
+}
+
+impl std::fmt::Debug for PageVersionChooser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageVersionChooser")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Makes a path scheduler for each multipath page load of a replay.
@@ -256,7 +280,7 @@ pub async fn replay_page(
 /// One page load of a replay.
 struct OnePage {
     client: Client,
-    page: gearbox_workload::Page,
+    page: Page,
     options: ReplayOptions,
     click: u32,
     /// The path of every object when there is no path scheduler.
@@ -294,11 +318,24 @@ impl OnePage {
                 }
             }
             None => {
+                let (transport, reason) = match &options.page_version {
+                    Some(chooser) => {
+                        let url = format!(
+                            "{}{}",
+                            options.target,
+                            page.objects.first().map_or("/", |o| o.path.as_str())
+                        );
+                        let (t, r) = (chooser.choose)(&url, &page);
+                        (t, Some(r))
+                    }
+                    None => (options.transport, None),
+                };
                 let page_options = PageLoadOptions {
-                    transport: options.transport,
+                    transport,
                     path_index,
                     click: Some(click),
                     fresh_connection: fresh,
+                    reason,
                 };
                 client
                     .load_page_with(&options.target, &page, &page_options)
@@ -640,6 +677,7 @@ mod tests {
             time_scale,
             paths,
             path_scheduler: None,
+            page_version: None,
         };
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             assert!(

@@ -98,17 +98,34 @@ pub fn handshake_grace(srtt: Option<Duration>) -> Duration {
 }
 
 /// The rule of the module doc over one connection's readings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SilenceClock {
     /// (datagrams received at the last change, when that change was seen); `None` while
     /// no request is outstanding.
     running: Option<(u64, Instant)>,
+    /// No silence shorter than this counts (at least [`SILENCE_FLOOR`]).
+    floor: Duration,
+}
+
+impl Default for SilenceClock {
+    fn default() -> Self {
+        SilenceClock::new()
+    }
 }
 
 impl SilenceClock {
     /// A clock with nothing outstanding.
     pub fn new() -> Self {
-        SilenceClock::default()
+        SilenceClock::with_floor(SILENCE_FLOOR)
+    }
+
+    /// A clock that declares no silence shorter than `floor` (the client's
+    /// `quic_silence_floor`; never below [`SILENCE_FLOOR`]).
+    pub fn with_floor(floor: Duration) -> Self {
+        SilenceClock {
+            running: None,
+            floor: floor.max(SILENCE_FLOOR),
+        }
     }
 
     /// One reading at `now`: whether requests are outstanding, the connection's count of
@@ -122,7 +139,7 @@ impl SilenceClock {
         match self.running {
             Some((rx, since)) if rx == rx_datagrams => {
                 let silent = now.saturating_duration_since(since);
-                (silent >= silent_after(srtt)).then_some(silent)
+                (silent >= silent_after(srtt).max(self.floor)).then_some(silent)
             }
             _ => {
                 self.running = Some((rx_datagrams, now));
@@ -156,14 +173,14 @@ impl SilenceWatch {
     /// closes or the returned watch is dropped; it closes a connection found silent, and
     /// one left unused (nothing outstanding) for `idle`, which the pool would not reuse
     /// and whose PINGs would otherwise go on.
-    pub fn spawn(quic: quinn::Connection, idle: Duration) -> Arc<SilenceWatch> {
+    pub fn spawn(quic: quinn::Connection, idle: Duration, floor: Duration) -> Arc<SilenceWatch> {
         let (silent, _) = watch::channel(None);
         let w = Arc::new(SilenceWatch {
             outstanding: AtomicUsize::new(0),
             wake: Notify::new(),
             silent,
         });
-        tokio::spawn(run(quic, Arc::downgrade(&w), idle));
+        tokio::spawn(run(quic, Arc::downgrade(&w), idle, floor));
         w
     }
 
@@ -192,8 +209,8 @@ impl SilenceWatch {
 }
 
 /// The watching task (see [`SilenceWatch::spawn`]).
-async fn run(quic: quinn::Connection, watch: Weak<SilenceWatch>, idle: Duration) {
-    let mut clock = SilenceClock::new();
+async fn run(quic: quinn::Connection, watch: Weak<SilenceWatch>, idle: Duration, floor: Duration) {
+    let mut clock = SilenceClock::with_floor(floor);
     let mut idle_since = Instant::now();
     loop {
         let Some(w) = watch.upgrade() else { return };

@@ -45,6 +45,7 @@ async fn replay_against_our_edge(
         time_scale: 0.001,
         paths: 1,
         path_scheduler: None,
+        page_version: None,
     };
     let page_loads = match page_seed {
         Some(seed) => bounded(replay_page(&client, &spec, seed, &options)).await,

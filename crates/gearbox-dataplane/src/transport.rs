@@ -80,18 +80,56 @@ pub fn quic_snapshot(conn: &quinn::Connection, cc: &str) -> TransportSnapshot {
 /// each drop costs QUIC a loss recovery. The kernel caps the value at `net.core.rmem_max`.
 pub const UDP_BUFFER_BYTES: usize = 4 << 20;
 
+/// Socket buffer size asked for a server's QUIC socket: 32 MiB.
+///
+/// A server's one UDP socket carries every connection: with 10,000 idle QUIC connections
+/// and 1,000 active ones (`gearbox bench load`, docs/reliability.md "Load") the edge's
+/// socket overflowed whenever the edge was busy elsewhere (70,194 datagrams dropped in
+/// 13 s of HTTP/2 load, all of them the idle connections' PINGs and ACKs), and
+/// connections whose every packet for their idle timeout was dropped were lost. A
+/// larger buffer rides out a longer busy spell. Set past `net.core.rmem_max` with
+/// `SO_RCVBUFFORCE` where the process may (`CAP_NET_ADMIN`), else capped by it.
+pub const SERVER_UDP_BUFFER_BYTES: usize = 32 << 20;
+
 /// A bound UDP socket for a quinn endpoint, with [`UDP_BUFFER_BYTES`] send and receive buffers.
 pub fn quic_udp_socket(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    quic_udp_socket_sized(addr, UDP_BUFFER_BYTES)
+}
+
+/// A bound UDP socket for a quinn endpoint with `bytes` of send and receive buffer, past
+/// `net.core.rmem_max` / `wmem_max` where the process is allowed to.
+pub fn quic_udp_socket_sized(addr: std::net::SocketAddr, bytes: usize) -> std::io::Result<std::net::UdpSocket> {
     let domain = socket2::Domain::for_address(addr);
     let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     if addr.is_ipv6() {
         let _ = socket.set_only_v6(false);
     }
     // Best effort: a smaller buffer still works, only with more drops.
-    let _ = socket.set_recv_buffer_size(UDP_BUFFER_BYTES);
-    let _ = socket.set_send_buffer_size(UDP_BUFFER_BYTES);
+    if !force_buffer(&socket, libc::SO_RCVBUFFORCE, bytes) {
+        let _ = socket.set_recv_buffer_size(bytes);
+    }
+    if !force_buffer(&socket, libc::SO_SNDBUFFORCE, bytes) {
+        let _ = socket.set_send_buffer_size(bytes);
+    }
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// `setsockopt(SOL_SOCKET, option, bytes)` for the privileged `SO_RCVBUFFORCE` /
+/// `SO_SNDBUFFORCE`; whether the kernel took it.
+fn force_buffer(socket: &socket2::Socket, option: libc::c_int, bytes: usize) -> bool {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is open for the socket's lifetime; the value is one c_int read by the kernel.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            std::ptr::addr_of!(v).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
 }
 
 /// A quinn endpoint on [`quic_udp_socket`]; `server` makes it accept connections.
@@ -101,10 +139,16 @@ pub fn quic_endpoint(
 ) -> std::io::Result<quinn::Endpoint> {
     let runtime = quinn::default_runtime()
         .ok_or_else(|| std::io::Error::other("no async runtime for quinn (not inside tokio)"))?;
+    // A server's socket carries every connection, and gets the larger buffer.
+    let bytes = if server.is_some() {
+        SERVER_UDP_BUFFER_BYTES
+    } else {
+        UDP_BUFFER_BYTES
+    };
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
         server,
-        quic_udp_socket(addr)?,
+        quic_udp_socket_sized(addr, bytes)?,
         runtime,
     )
 }

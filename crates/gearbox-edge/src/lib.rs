@@ -212,6 +212,13 @@ fn quic_server_config(
         // Stream credit: a client cannot open more requests than this at once.
         .max_concurrent_bidi_streams(limits.max_streams_per_connection.into())
         .keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_interval_ms)))
+        // Memory per connection (docs/edge.md "Memory"): response bytes held until
+        // acknowledged, and request bytes held until read. Validated at start.
+        .send_window(limits.quic_send_window_bytes)
+        .stream_receive_window(
+            quinn::VarInt::from_u64(limits.quic_stream_receive_window_bytes).unwrap_or(quinn::VarInt::MAX),
+        )
+        .receive_window(quinn::VarInt::from_u64(limits.quic_receive_window_bytes).unwrap_or(quinn::VarInt::MAX))
         .max_idle_timeout(quinn::IdleTimeout::try_from(Duration::from_millis(config.idle_timeout_ms)).ok());
     let mut sc = quinn::ServerConfig::with_crypto(crypto.clone());
     sc.transport_config(Arc::new(transport));

@@ -82,6 +82,30 @@ pub struct Limits {
     /// Proxy: longest time from sending a request upstream to its response head,
     /// milliseconds; past it, 504.
     pub proxy_response_timeout_ms: u64,
+    /// QUIC: response bytes one connection may hold written but not yet acknowledged by
+    /// the client, unsent ones included (quinn's `send_window`). A response whose client
+    /// stops taking data waits here, so this is the most that response bodies can hold of
+    /// the edge's memory per QUIC connection. It must cover the path's bandwidth-delay
+    /// product (and the controller's queue on top), or it caps throughput.
+    pub quic_send_window_bytes: u64,
+    /// QUIC: request bytes one stream may have in flight to the edge that it has not
+    /// read yet (the stream's flow-control credit, quinn's `stream_receive_window`).
+    pub quic_stream_receive_window_bytes: u64,
+    /// QUIC: the same for all the streams of a connection together (quinn's
+    /// `receive_window`): the most unread request data one QUIC connection may hold.
+    pub quic_receive_window_bytes: u64,
+    /// HTTP/2: response bytes one stream may hold in the edge beyond what the client's
+    /// flow-control credit lets out (hyper's `max_send_buf_size`). Per connection the
+    /// bound is this times `max_streams_per_connection`, plus what the kernel's socket
+    /// buffer takes (not the edge's memory).
+    pub h2_send_buffer_bytes: u64,
+    /// HTTP/2: the stream's flow-control window for request bodies
+    /// (`SETTINGS_INITIAL_WINDOW_SIZE`, RFC 9113 §6.9.2): unread request bytes one stream
+    /// may hold.
+    pub h2_stream_window_bytes: u32,
+    /// HTTP/2: the connection's flow-control window for request bodies (RFC 9113 §6.9.1):
+    /// unread request bytes all the streams of a connection may hold together.
+    pub h2_connection_window_bytes: u32,
 }
 
 impl Default for Limits {
@@ -104,6 +128,12 @@ impl Default for Limits {
             admin_header_timeout_ms: 10_000,
             proxy_connect_timeout_ms: 5_000,
             proxy_response_timeout_ms: 60_000,
+            quic_send_window_bytes: 8 << 20,
+            quic_stream_receive_window_bytes: 2 << 20,
+            quic_receive_window_bytes: 4 << 20,
+            h2_send_buffer_bytes: 256 << 10,
+            h2_stream_window_bytes: 2 << 20,
+            h2_connection_window_bytes: 4 << 20,
         }
     }
 }
@@ -112,7 +142,7 @@ impl Limits {
     /// Checks values that parse but cannot work; errors name the field as
     /// `limits.NAME`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 17] = [
+        let positive: [(&'static str, u64); 23] = [
             ("limits.max_header_bytes", self.max_header_bytes.into()),
             ("limits.max_headers", self.max_headers.into()),
             ("limits.max_body_bytes", self.max_body_bytes),
@@ -133,6 +163,18 @@ impl Limits {
             ("limits.admin_header_timeout_ms", self.admin_header_timeout_ms),
             ("limits.proxy_connect_timeout_ms", self.proxy_connect_timeout_ms),
             ("limits.proxy_response_timeout_ms", self.proxy_response_timeout_ms),
+            ("limits.quic_send_window_bytes", self.quic_send_window_bytes),
+            (
+                "limits.quic_stream_receive_window_bytes",
+                self.quic_stream_receive_window_bytes,
+            ),
+            ("limits.quic_receive_window_bytes", self.quic_receive_window_bytes),
+            ("limits.h2_send_buffer_bytes", self.h2_send_buffer_bytes),
+            ("limits.h2_stream_window_bytes", self.h2_stream_window_bytes.into()),
+            (
+                "limits.h2_connection_window_bytes",
+                self.h2_connection_window_bytes.into(),
+            ),
         ];
         for (field, v) in positive {
             if v == 0 {
@@ -158,6 +200,58 @@ impl Limits {
                     "{} is over limits.max_connections = {}",
                     self.max_connections_per_ip, self.max_connections
                 ),
+            });
+        }
+        // QUIC flow-control credits are variable-length integers (RFC 9000 §16).
+        for (field, v) in [
+            (
+                "limits.quic_stream_receive_window_bytes",
+                self.quic_stream_receive_window_bytes,
+            ),
+            ("limits.quic_receive_window_bytes", self.quic_receive_window_bytes),
+        ] {
+            if quinn::VarInt::from_u64(v).is_err() {
+                return Err(ConfigError::Invalid {
+                    field,
+                    message: format!("{v} is over QUIC's largest credit, 2^62 - 1"),
+                });
+            }
+        }
+        if self.quic_stream_receive_window_bytes > self.quic_receive_window_bytes {
+            return Err(ConfigError::Invalid {
+                field: "limits.quic_stream_receive_window_bytes",
+                message: format!(
+                    "{} is over limits.quic_receive_window_bytes = {}: one stream could never use its credit",
+                    self.quic_stream_receive_window_bytes, self.quic_receive_window_bytes
+                ),
+            });
+        }
+        // RFC 9113 §6.9.1: a flow-control window is at most 2^31 - 1; h2 needs the
+        // connection's at least as large as the default 65,535.
+        for (field, v) in [
+            ("limits.h2_stream_window_bytes", self.h2_stream_window_bytes),
+            ("limits.h2_connection_window_bytes", self.h2_connection_window_bytes),
+        ] {
+            if v > (1 << 31) - 1 {
+                return Err(ConfigError::Invalid {
+                    field,
+                    message: format!("{v} is over HTTP/2's largest window, 2^31 - 1"),
+                });
+            }
+        }
+        if self.h2_stream_window_bytes > self.h2_connection_window_bytes {
+            return Err(ConfigError::Invalid {
+                field: "limits.h2_stream_window_bytes",
+                message: format!(
+                    "{} is over limits.h2_connection_window_bytes = {}: one stream could never use its window",
+                    self.h2_stream_window_bytes, self.h2_connection_window_bytes
+                ),
+            });
+        }
+        if usize::try_from(self.h2_send_buffer_bytes).map_or(true, |v| v > u32::MAX as usize) {
+            return Err(ConfigError::Invalid {
+                field: "limits.h2_send_buffer_bytes",
+                message: format!("{} is over 2^32 - 1", self.h2_send_buffer_bytes),
             });
         }
         // quinn's idle timeout and PING interval are 62-bit; hyper's timers are Durations.
@@ -520,6 +614,68 @@ mod tests {
         assert_eq!(m.take(&mut None, 1).unwrap_err(), Hit::BodyMemory);
         drop(held);
         assert_eq!(m.available(), 100);
+    }
+
+    fn refused_field(l: Limits) -> &'static str {
+        match l.validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn buffer_bounds_that_cannot_work_are_refused_naming_the_field() {
+        assert!(Limits::default().validate().is_ok());
+        let d = Limits::default;
+        for (l, want) in [
+            (
+                Limits {
+                    quic_send_window_bytes: 0,
+                    ..d()
+                },
+                "limits.quic_send_window_bytes",
+            ),
+            (
+                Limits {
+                    quic_receive_window_bytes: 1 << 62,
+                    quic_stream_receive_window_bytes: 1 << 20,
+                    ..d()
+                },
+                "limits.quic_receive_window_bytes",
+            ),
+            (
+                Limits {
+                    quic_stream_receive_window_bytes: 8 << 20,
+                    quic_receive_window_bytes: 4 << 20,
+                    ..d()
+                },
+                "limits.quic_stream_receive_window_bytes",
+            ),
+            (
+                Limits {
+                    h2_connection_window_bytes: 1 << 31,
+                    ..d()
+                },
+                "limits.h2_connection_window_bytes",
+            ),
+            (
+                Limits {
+                    h2_stream_window_bytes: 8 << 20,
+                    h2_connection_window_bytes: 4 << 20,
+                    ..d()
+                },
+                "limits.h2_stream_window_bytes",
+            ),
+            (
+                Limits {
+                    h2_send_buffer_bytes: 1 << 32,
+                    ..d()
+                },
+                "limits.h2_send_buffer_bytes",
+            ),
+        ] {
+            assert_eq!(refused_field(l), want);
+        }
     }
 
     #[tokio::test]

@@ -195,10 +195,11 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         Protocol::H2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new())
-                .initial_stream_window_size(4 << 20)
-                .initial_connection_window_size(16 << 20)
+                .initial_stream_window_size(limits.h2_stream_window_bytes)
+                .initial_connection_window_size(limits.h2_connection_window_bytes)
                 .max_frame_size(64 << 10)
-                .max_send_buf_size(1 << 20)
+                // Validated at start to fit a u32.
+                .max_send_buf_size(usize::try_from(limits.h2_send_buffer_bytes).unwrap_or(usize::MAX))
                 .max_concurrent_streams(limits.max_streams_per_connection)
                 .max_header_list_size(limits.max_header_bytes)
                 .keep_alive_interval(Duration::from_millis(limits.keep_alive_interval_ms))

@@ -123,6 +123,8 @@ impl TcpWise {
             hour: Some(hour),
             iw_set: Some(d.iw_set),
             iw: d.iw,
+            // The kernel's maps are refilled from the table at every swap and hour.
+            table_version: Some(self.table.get().version),
             source: "kernel".into(),
         })
     }

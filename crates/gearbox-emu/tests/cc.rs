@@ -102,3 +102,23 @@ fn kernel_westwood_keeps_more_of_a_lossy_link_than_kernel_cubic() {
         cubic.utilisation
     );
 }
+
+/// The edge's default per-connection buffers (`[limits]`, docs/edge.md "Memory") are
+/// memory bounds, and must not be throughput bounds on the lab's paths: one download at
+/// 50 Mbit/s, 40 ms, fills the bottleneck over HTTP/2 (kernel CUBIC, the edge's
+/// `h2_send_buffer_bytes`) and over HTTP/3 (our CUBIC, `quic_send_window_bytes`).
+#[test]
+fn the_default_send_buffers_fill_a_50_mbit_40_ms_path_on_both_transports() {
+    let _g = setup();
+    let mut short = Vec::new();
+    for proto in ["tcp", "quic"] {
+        let m = measure(&Download {
+            proto,
+            ..Download::quic("cubic", 50.0, 40.0, 1.0)
+        });
+        if m.utilisation < 0.9 {
+            short.push(format!("{proto}: {:.3}", m.utilisation));
+        }
+    }
+    assert!(short.is_empty(), "utilisation below 90%: {short:?}");
+}

@@ -179,6 +179,11 @@ pub struct IwChoice {
     pub iw_set: Option<[u32; 2]>,
     /// The window this connection drew, packets.
     pub iw: u32,
+    /// The `version` of the Cwnd Table it was drawn from (TCP WISE §IV-A: the learner
+    /// writes a new table each round); absent for a static window. With the control plane,
+    /// the table version tells which pushed policy served the connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
     /// Who chose it: `table` (the Cwnd Table, in the edge for QUIC), `kernel` (the
     /// Cwnd Table, in the edge's BPF `sock_ops` program for TCP) or `static`.
     pub source: String,
@@ -192,6 +197,7 @@ impl IwChoice {
             hour: None,
             iw_set: None,
             iw,
+            table_version: None,
             source: "static".into(),
         }
     }

@@ -12,10 +12,13 @@
 //!   baselines.
 //! - [`path`]: the path of each stream on a multipath client — the stream schedulers
 //!   SAILfish is compared with (MinRTT, round-robin, single best path, ECF, BLEST).
+//! - [`http_version`]: HTTP/2 or HTTP/3 per page load on the client — FlexHTTP's selector
+//!   (the (URL, hour-of-week) cache, a random choice on a miss, the agent's forest).
 //! - [`tcpwise`]: the initial window per client cluster and hour on the edge — TCP
 //!   WISE's Cwnd Table and its A/B draw.
 
 pub mod floo;
+pub mod http_version;
 pub mod path;
 pub mod tcpwise;
 pub mod transport;

@@ -28,6 +28,7 @@ use gearbox_client::{
     BlockingClient, ClientConfig, ClientError, ClientRecord, PageLoad, PageLoadOptions, Request, Response,
     TransportPref, Trust,
 };
+use gearbox_dataplane::control::ControlConfig;
 use gearbox_dataplane::tls::TlsError as CertError;
 use gearbox_workload::{Limit, Page, WorkloadError, WorkloadSpec};
 use pyo3::create_exception;
@@ -248,6 +249,13 @@ fn trust(ca: Option<&Bound<'_, PyAny>>, insecure: bool) -> PyResult<Trust> {
 ///     quic_initial_window_packets: QUIC initial window in 1200-byte packets (default:
 ///         RFC 9002's).
 ///     max_h1_connections_per_origin: HTTP/1.1 connections per origin and path.
+///     control: upload every record to the control plane (docs/control.md): a dict with
+///         `url` (https://HOST:PORT of `gearbox control serve`), `token` (role client),
+///         `ca` (PEM the service's certificate is checked against) and optionally `spool`
+///         (folder, default "gearbox-spool"), `batch_records`, `batch_interval_ms`,
+///         `max_spool_bytes`, `final_upload_ms`, `timeout_ms`. Records are spooled on disk
+///         and sent in batches with idempotency keys; `close` makes the last attempt and
+///         what is left is sent by the next client on the same spool.
 #[pyclass(module = "gearbox", name = "Client", frozen)]
 struct PyClient {
     /// `None` once closed.
@@ -284,6 +292,7 @@ impl PyClient {
         idle_timeout_s=30.0,
         quic_initial_window_packets=None,
         max_h1_connections_per_origin=6,
+        control=None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, one per ClientConfig field.
     fn new(
@@ -299,7 +308,9 @@ impl PyClient {
         idle_timeout_s: f64,
         quic_initial_window_packets: Option<u32>,
         max_h1_connections_per_origin: usize,
+        control: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let control = control.map(control_config).transpose()?;
         let local_addrs = local_addrs
             .unwrap_or_default()
             .iter()
@@ -325,9 +336,9 @@ impl PyClient {
             ..ClientConfig::default()
         };
         let client = detached(py, move || {
-            Ok(match telemetry {
-                Some(path) => BlockingClient::with_telemetry_file(config, &path)?,
-                None => BlockingClient::new(config)?,
+            Ok(match (&telemetry, &control) {
+                (None, None) => BlockingClient::new(config)?,
+                _ => BlockingClient::with_telemetry(config, telemetry.as_deref(), control.as_ref())?,
             })
         })?;
         Ok(PyClient {
@@ -417,6 +428,7 @@ impl PyClient {
             path_index,
             click,
             fresh_connection,
+            reason: None,
         };
         let load = self.run(py, |c| c.load_page(origin, &page, &options))?;
         to_py(py, &PageLoadOut::from(&load))
@@ -463,6 +475,30 @@ impl PyClient {
             "<gearbox.Client open>"
         }
     }
+}
+
+/// The `control=` dict as the data plane's [`ControlConfig`], checked; an unknown key or a
+/// bad value is a ValueError naming it.
+fn control_config(obj: &Bound<'_, PyAny>) -> PyResult<ControlConfig> {
+    let py = obj.py();
+    if !obj.is_instance_of::<pyo3::types::PyDict>() {
+        return Err(PyValueError::new_err(
+            "control must be a dict: {\"url\": ..., \"token\": ..., \"ca\": ...}",
+        ));
+    }
+    let text: String = py
+        .import("json")?
+        .call_method1("dumps", (obj,))
+        .and_then(|t| t.extract())
+        .map_err(|e| PyValueError::new_err(format!("control: not JSON-like: {e}")))?;
+    let c: ControlConfig = serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("control: {e}")))?;
+    if c.policies.is_some() || c.poll_interval_s.is_some() {
+        return Err(PyValueError::new_err(
+            "control: policies, poll_interval_s: the Python client runs no transport gear with models to poll; `gearbox load --control ... --policies DIR` does",
+        ));
+    }
+    c.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(c)
 }
 
 /// A complete response: `status`, `body` (bytes; empty with `discard_body`), `headers`

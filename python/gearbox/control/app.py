@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from gearbox.control.tokens import hash_token
 MAX_BATCH_RECORDS = 100_000
 MAX_ERRORS_LISTED = 100
 ACTIVE_CACHE_S = 1.0
+
+log = logging.getLogger("gearbox.control")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class BodyLimit:
                 await self._reject(send, e.size)
 
     async def _reject(self, send: Any, size: int) -> None:
+        log.warning("413: a request body of %d bytes exceeds the limit of %d", size, self.limit)
         body = json.dumps({"detail": f"request body of {size} bytes exceeds the limit of {self.limit}"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
@@ -226,6 +230,30 @@ def gear_of_decision(decision: str | None) -> str:
     return "baseline" if head in ("", "static") else head
 
 
+def bearer(svc: Service, *allowed: str) -> Any:
+    """A route dependency: the caller of a known bearer token whose role is one of `allowed`; 401
+    without a known token (logged), 403 with another role. Other services built on this one (the
+    FlexHTTP agent, python/gearbox/flexhttp/agent.py) guard their routes with it."""
+
+    async def check(request: Request) -> Caller:
+        # async: FastAPI would run a plain function in a worker thread, a hop per request.
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        peer = request.client.host if request.client else "?"
+        if scheme.lower() != "bearer" or not token:
+            log.warning("401 %s %s from %s: missing bearer token", request.method, request.url.path, peer)
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        caller = svc.caller(token.strip())
+        if caller is None:
+            log.warning("401 %s %s from %s: unknown token", request.method, request.url.path, peer)
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        if caller.role not in allowed:
+            raise HTTPException(403, f"role {caller.role!r} may not call this route (allowed: {', '.join(allowed)})")
+        return caller
+
+    return Depends(check)
+
+
 def create_app(config: Config, store: Store) -> FastAPI:
     svc = Service(config, store)
     app = FastAPI(
@@ -239,22 +267,7 @@ def create_app(config: Config, store: Store) -> FastAPI:
     app.state.service = svc
 
     def roles(*allowed: str) -> Any:
-        async def check(request: Request) -> Caller:
-            # async: FastAPI would run a plain function in a worker thread, a hop per request.
-            auth = request.headers.get("authorization", "")
-            scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not token:
-                raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-            caller = svc.caller(token.strip())
-            if caller is None:
-                raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
-            if caller.role not in allowed:
-                raise HTTPException(
-                    403, f"role {caller.role!r} may not call this route (allowed: {', '.join(allowed)})"
-                )
-            return caller
-
-        return Depends(check)
+        return bearer(svc, *allowed)
 
     senders = roles("edge", "client", "agent", "admin")
     everyone = roles(*ROLES)

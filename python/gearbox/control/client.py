@@ -66,8 +66,12 @@ class Uploader:
         batch_records: int = 1000,
         max_spool_bytes: int = 256 * 1024 * 1024,
         timeout_s: float = 10.0,
+        path: str = "/v1/telemetry",
     ) -> None:
         self.url = url.rstrip("/")
+        #: The route batches go to: telemetry, or another service's route with the same contract
+        #: (`{"records": [...]}` with an Idempotency-Key; the FlexHTTP agent's trace uploads).
+        self.path = path
         self.spool = Path(spool)
         self.spool.mkdir(parents=True, exist_ok=True)
         for tmp in self.spool.glob("*.tmp"):
@@ -156,7 +160,7 @@ class Uploader:
                     continue  # dropped by the bound meanwhile, or torn by a crash before the rename
                 try:
                     resp = self._http.post(
-                        f"{self.url}/v1/telemetry",
+                        f"{self.url}{self.path}",
                         content=json.dumps({"records": batch["records"]}, separators=(",", ":")),
                         headers={"Idempotency-Key": batch["key"], "Content-Type": "application/json"},
                     )

@@ -5,7 +5,9 @@ learners ([jobs])."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gearbox.control.config import Config, ConfigError
 from gearbox.control.store import Store, open_store
@@ -45,7 +47,9 @@ class Background:
         self.tick()
 
 
-def serve(config: Config) -> None:
+def serve(config: Config, make_app: Callable[[Config, Store], Any] | None = None) -> None:
+    """Runs until stopped. `make_app(config, store)` builds the ASGI app (default the control plane's;
+    the FlexHTTP agent passes its own, which is the control plane's with more routes)."""
     import uvicorn
 
     from gearbox.control.app import create_app
@@ -59,7 +63,7 @@ def serve(config: Config) -> None:
         if not Path(p).is_file():
             raise ConfigError(f"{config.path}: {p}: no such file (make it with `gearbox cert`)")
     store = open_store(config.store, config.base)
-    app = create_app(config, store)
+    app = (make_app or create_app)(config, store)
     bg = Background(config, store, app.state.service)
     bg.start()
     try:

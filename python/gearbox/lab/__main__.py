@@ -8,6 +8,7 @@
     gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
     gearbox lab floo evaluate                               (python/gearbox/floo)
     gearbox lab sailfish evaluate                           (python/gearbox/sailfish)
+    gearbox lab flexhttp dataset|train|evaluate             (python/gearbox/flexhttp/lab.py)
 
 The schema of scenario files and the layout of OUT_DIR are in docs/lab.md.
 """
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
     sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
+    sub.add_parser("flexhttp", help="FlexHTTP data, classifiers, evaluation (gearbox lab flexhttp --help)")
     sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
     return p
 
@@ -143,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from gearbox.floo.evaluate import main as floo_evaluate
 
         return floo_evaluate(raw[2:])
+    if raw[:1] == ["flexhttp"]:  # FlexHTTP's lab parses its own arguments
+        from gearbox.flexhttp.lab import main as flexhttp_main
+
+        return flexhttp_main(raw[1:])
     if raw[:1] == ["sailfish"]:  # SAILfish's evaluation parses its own arguments
         if raw[1:2] != ["evaluate"]:
             print(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gearbox.lab.control import policy_version
 from gearbox.lab.environment import LabError
 
 # Types of the record fields (docs/telemetry.md); fields not listed are inferred, so a
@@ -41,6 +42,7 @@ RECORD_TYPES: dict[str, str] = {
     "retry_lost_ms": "float64",
     "path_index": "int64",
     "path_decision": "string",
+    "policy_version": "int64",
     "transport_cc": "string",
     "transport_rtt_ms": "float64",
     "transport_min_rtt_ms": "float64",
@@ -247,6 +249,10 @@ def rows_of_run(
             # the clock of the scenario's schedule.
             row["t_s"] = (t - run["started_unix_ms"]) / 1000.0 if isinstance(t, int | float) else None
             row.update(flatten(rec))
+            version = policy_version(rec)
+            if version is not None:
+                # The control plane's version of the gear's policy that decided (lab/control.py).
+                row["policy_version"] = version
             rows.append(row)
     return rows
 

@@ -125,6 +125,12 @@ def prepare(s: sc.Scenario, out: Path, gearbox: Path | None) -> tuple[list[sc.Co
         "swept": list(s.grid) + (list(s.sample.ranges) if s.sample else []),
         "phases": sc.phases(s),
         "policies": [asdict(p) for p in s.policies],
+        "control": None
+        if s.control is None
+        else {
+            "poll_s": s.control.poll_s,
+            "pushes": [{"gear": p.gear, "dir": str(p.dir), "at_s": p.at_s} for p in s.control.pushes],
+        },
         "runs": [
             {
                 "run_id": r.run_id,

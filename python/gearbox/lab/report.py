@@ -520,6 +520,46 @@ def write_report(out: Path) -> Path:
         if r["status"] != "ok":
             parts.append(f"<p class='muted'>{html.escape(r['run_id'])}: {html.escape(r['message'])}</p>")
 
+    controlled = [(r, lab.run_dir(r) / "control.json") for r in runs if (lab.run_dir(r) / "control.json").exists()]
+    if controlled:
+        # lab/control.py: what each run's control plane stored, and which version decided.
+        parts.append("<h2>Control plane</h2>")
+        body = []
+        for r, path in controlled:
+            c = read_json(path, dict)
+            sides = c.get("sides", {})
+            body.append(
+                [
+                    r["run_id"],
+                    "; ".join(
+                        f"{side}: {v['written']} written, {v['stored']} stored, "
+                        f"{v['missing']} missing, {v['twice']} twice"
+                        for side, v in sides.items()
+                    ),
+                    "; ".join(
+                        f"{p['gear']} at {p['after_s']:.1f} s{'' if p.get('ok') else ' (failed)'}"
+                        for p in c.get("pushed", [])
+                    ),
+                    ", ".join(
+                        f"{'no registry version' if k == 'none' else 'v' + k}: {n}"
+                        for k, n in c.get("client_requests_by_policy_version", {}).items()
+                    ),
+                    ", ".join(f"table {k}: {n}" for k, n in c.get("edge_records_by_table_version", {}).items()),
+                ]
+            )
+        parts.append(
+            _table(
+                [
+                    "run",
+                    "records (each stored once?)",
+                    "pushes",
+                    "client requests per policy version",
+                    "edge requests per Cwnd Table version",
+                ],
+                body,
+            )
+        )
+
     parts.append("<h2>Policies and conditions</h2>")
     parts.append(
         _table(

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gearbox.lab import oracle
+from gearbox.lab import control, oracle
 from gearbox.lab import scenario as sc
 from gearbox.lab.collect import collect, read_records, without_model
 from gearbox.lab.environment import LabError, check_emulator, find_gearbox
@@ -59,18 +59,54 @@ class RunResult:
     message: str = ""
     dir: str = ""
 
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        status: str,
+        exit_code: int | None,
+        started_s: float,
+        message: str,
+        client_records: int,
+        edge_records: int = 0,
+    ) -> RunResult:
+        """The result of `run`, started at `started_s` (Unix seconds) and ending now."""
+        return cls(
+            run_id=run.run_id,
+            condition_id=run.condition.id,
+            policy=run.policy.name,
+            proto=run.policy.proto,
+            repetition=run.repetition,
+            link_seed=run.link_seed,
+            workload_seed=run.workload_seed,
+            status=status,
+            exit_code=exit_code,
+            started_unix_ms=started_s * 1000.0,
+            wall_s=time.time() - started_s,
+            client_records=client_records,
+            edge_records=edge_records,
+            message=message,
+            dir=str(run.dir),
+        )
 
-def _commands(s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path) -> tuple[str, str]:
-    """The --server and --client shell commands of one run."""
+
+def _commands(
+    s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path, ctl: control.RunControl | None = None
+) -> tuple[str, str]:
+    """The --server and --client shell commands of one run (with `ctl`, around the run's
+    control plane: lab/control.py)."""
     q = shlex.quote
     gb = q(str(gearbox))
     d = run.dir
     server = (
+        f"{control.server_prefix(ctl) if ctl else ''}"
         f"exec {gb} edge --listen $GEARBOX_SERVER_ADDR:{PORT} --cert {q(str(cert))} --key {q(str(key))} "
         f"--telemetry {q(str(d / 'edge.jsonl'))}"
     )
     if run.policy.edge_args:
         server += " " + " ".join(q(a) for a in run.policy.edge_args)
+    if ctl:
+        server += " " + control.edge_flags(ctl, d)
     client = (
         f"{gb} load --workload {q(s.workload.name)} --target https://$GEARBOX_SERVER_ADDR:{PORT} "
         f"--proto {q(run.policy.proto)} --seed {run.workload_seed} --duration-s {s.duration_s:g} "
@@ -82,7 +118,11 @@ def _commands(s: sc.Scenario, run: Run, gearbox: Path, cert: Path, key: Path) ->
         client += ' $(for a in $(echo "$GEARBOX_CLIENT_ADDRS" | tr , " "); do printf -- "--local-addr %s " "$a"; done)'
     if run.policy.load_args:
         client += " " + " ".join(q(a) for a in run.policy.load_args)
+    if ctl:
+        client += " " + control.client_flags(ctl, d, run.policy.proto, run.policy.load_args)
     client += f" > {q(str(d / 'load.json'))}"
+    if ctl:
+        client += control.client_suffix(d)
     return server, client
 
 
@@ -110,12 +150,16 @@ def run_one(
         (run.dir / name).unlink(missing_ok=True)  # gearbox appends; a rerun starts clean
     config = run.dir / "emu.toml"
     config.write_text(sc.dumps_toml(emu))
-    server, client = _commands(s, run, gearbox, cert, key)
+    ctl = control.prepare(s, run.dir, cert, key) if s.control else None
+    server, client = _commands(s, run, gearbox, cert, key, ctl)
     limit = s.run_timeout_s
     cmd = [str(gearbox), "emu", "--config", str(config), "--server", server, "--client", client]
     cmd += ["--seed", str(run.link_seed), "--duration-s", f"{limit:g}", "--ready-ports", f"{PORT}/tcp,{PORT}/udp"]
     if realtime_endpoints:
         cmd.append("--realtime-endpoints")
+    if ctl:
+        # The edge starts once the control plane answers and the first policies are pushed.
+        cmd += ["--ready-timeout-s", f"{control.START_TIMEOUT_S + 30:g}"]
     (run.dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     started = time.time()
     with (run.dir / "emu.log").open("wb") as log:
@@ -131,7 +175,6 @@ def run_one(
                 proc.kill()  # its watchdog removes the namespaces
                 proc.wait()
             code = None
-    wall = time.time() - started
     status, message = "ok", ""
     if code == 124:
         status, message = "timeout", f"the client was still running after {limit:g} s (timeout_s) and was stopped"
@@ -139,6 +182,23 @@ def run_one(
         status = "failed"
         tail = (run.dir / "emu.log").read_text(errors="replace").strip().splitlines()[-3:]
         message = f"gearbox emu exited with {code}: " + " | ".join(tail)
+    if ctl:
+        try:
+            checked = control.check(run.dir)
+        except Exception as e:  # noqa: BLE001 - a run's failure, reported as such
+            checked = {"ok": False, "sides": {}, "pushed": [], "error": f"{type(e).__name__}: {e}"}
+        sides = checked["sides"]
+        if not checked["ok"] and status == "ok":
+            status = "failed"
+            message = "control plane: " + "; ".join(
+                f"{side}: {v['written']} records written, {v['stored']} stored "
+                f"({v['missing']} missing, {v['twice']} twice)"
+                for side, v in sides.items()
+            )
+            if not all(p.get("ok") for p in checked["pushed"]):
+                message += "; a policy push failed (control/pushes.log)"
+            if "error" in checked:
+                message += f"; the store could not be read: {checked['error']} (control/serve.log)"
     fallback = [d for name in ("client.jsonl", "edge.jsonl") for d in without_model(read_records(run.dir / name))]
     if fallback:
         status = "failed"
@@ -146,22 +206,14 @@ def run_one(
             f"the gear ran without its model ({len(fallback)} decisions say why=no-model, first: {fallback[0]!r}); "
             + message
         ).rstrip("; ")
-    return RunResult(
-        run_id=run.run_id,
-        condition_id=run.condition.id,
-        policy=run.policy.name,
-        proto=run.policy.proto,
-        repetition=run.repetition,
-        link_seed=run.link_seed,
-        workload_seed=run.workload_seed,
-        status=status,
-        exit_code=code,
-        started_unix_ms=started * 1000.0,
-        wall_s=wall,
+    return RunResult.of(
+        run,
+        status,
+        code,
+        started,
+        message,
         client_records=_count_lines(run.dir / "client.jsonl"),
         edge_records=_count_lines(run.dir / "edge.jsonl"),
-        message=message,
-        dir=str(run.dir),
     )
 
 

@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, stdev
 from typing import Any
 
 from gearbox.lab import scenario as sc
@@ -65,6 +65,10 @@ class Row:
     sim: float
     requests_emu: int
     requests_sim: int
+    # Standard error of `diff` from the repetitions, paired: in one repetition both sides
+    # send the same requests, and only the loss draws and timings differ, so the spread
+    # of the per-repetition ratios is what chance moves the difference by (nan with one).
+    se: float = float("nan")
 
     @property
     def diff(self) -> float:
@@ -73,6 +77,12 @@ class Row:
     @property
     def within(self) -> bool:
         return abs(self.diff) <= TARGETS[self.workload]
+
+    @property
+    def noise(self) -> float:
+        """Two standard errors of `diff`: a difference inside it is one the repetitions
+        cannot tell from chance."""
+        return 2.0 * self.se
 
 
 def write_scenarios(folder: Path, reps: int, duration_s: float) -> list[Path]:
@@ -106,21 +116,27 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("error") is None and r.get("rct_ms") is not None]
 
 
-def measure(out: Path) -> dict[str, tuple[str, float, int]]:
-    """Per condition of a finished lab folder: (label, metric, requests); the metric is the
-    mean RCT in ms for `app`, the goodput in Mbit/s for the bulk download."""
+def _metric(recs: list[dict[str, Any]]) -> float:
+    """The mean RCT in ms, or for the bulk download its mean goodput in Mbit/s."""
+    if not recs:
+        return float("nan")
+    if any(r.get("bytes", 0) >= BULK_BYTES for r in recs):
+        return fmean(r["bytes"] * 8 / 1e6 / (r["rct_ms"] / 1e3) for r in recs)
+    return fmean(r["rct_ms"] for r in recs)
+
+
+def measure(out: Path) -> dict[str, tuple[str, float, int, dict[int, float]]]:
+    """Per condition of a finished lab folder: (label, metric over all its requests,
+    requests, metric of each repetition)."""
     conds = {c["condition_id"]: c for c in json.loads((out / "conditions.json").read_text())}
-    per: dict[str, list[dict[str, Any]]] = {}
+    per: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for run in json.loads((out / "runs.json").read_text()):
-        per.setdefault(run["condition_id"], []).extend(_records(Path(run["dir"])))
+        per.setdefault(run["condition_id"], {})[run["repetition"]] = _records(Path(run["dir"]))
     result = {}
-    for cid, recs in sorted(per.items()):
-        bulk = any(r.get("bytes", 0) >= BULK_BYTES for r in recs)
-        if bulk:
-            value = fmean(r["bytes"] * 8 / 1e6 / (r["rct_ms"] / 1e3) for r in recs) if recs else float("nan")
-        else:
-            value = fmean(r["rct_ms"] for r in recs) if recs else float("nan")
-        result[cid] = (conds[cid].get("label", cid), value, len(recs))
+    for cid, reps in sorted(per.items()):
+        recs = [r for rep in reps.values() for r in rep]
+        by_rep = {k: _metric(v) for k, v in reps.items() if v}
+        result[cid] = (conds[cid].get("label", cid), _metric(recs), len(recs), by_rep)
     return result
 
 
@@ -129,32 +145,36 @@ def compare(name: str, emu_out: Path, sim_out: Path) -> list[Row]:
     emu, sim = measure(emu_out), measure(sim_out)
     rows = []
     for cid in sorted(emu):
-        label, e, ne = emu[cid]
-        _, s, ns = sim.get(cid, (label, float("nan"), 0))
+        label, e, ne, rep_e = emu[cid]
+        _, s, ns, rep_s = sim.get(cid, (label, float("nan"), 0, {}))
+        ratios = [rep_s[k] / rep_e[k] for k in rep_e if k in rep_s and rep_e[k]]
+        se = stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
         metric = "goodput Mbit/s" if kind == "bulk" else "mean RCT ms"
         if label == "base":  # a trace scenario's one condition
             label = name.removeprefix("fidelity-").removesuffix(f"-{kind}") + " trace, 40 ms, 1 BDP"
-        rows.append(Row(name, cid, label, kind, metric, e, s, ne, ns))
+        rows.append(Row(name, cid, label, kind, metric, e, s, ne, ns, se))
     return rows
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| scenario | condition | workload | metric | emulator | simulator | sim / emu - 1 | within target |",
-        "|---|---|---|---|---:|---:|---:|---|",
+        "| scenario | condition | metric | emulator | simulator | sim / emu - 1 | 2 SE | within target |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
+        verdict = "yes" if r.within else ("no, within 2 SE" if abs(r.diff) <= r.noise else "no")
         lines.append(
-            f"| {r.scenario.removeprefix('fidelity-')} | {r.label} | {r.workload} | {r.metric} | {r.emu:.1f} | "
-            f"{r.sim:.1f} | {r.diff * 100:+.1f}% | {'yes' if r.within else 'no'} |"
+            f"| {r.scenario.removeprefix('fidelity-')} | {r.label} | {r.metric} | {r.emu:.1f} | "
+            f"{r.sim:.1f} | {r.diff * 100:+.1f}% | {r.noise * 100:.0f}% | {verdict} |"
         )
     for kind in ("app", "bulk"):
         sel = [r for r in rows if r.workload == kind]
         if sel:
             n = sum(r.within for r in sel)
+            chance = sum(not r.within and abs(r.diff) <= r.noise for r in sel)
             lines.append(
-                f"\n{kind}: {n} of {len(sel)} conditions within {TARGETS[kind] * 100:.0f}%; "
-                f"mean |difference| {fmean(abs(r.diff) for r in sel) * 100:.1f}%"
+                f"\n{kind}: {n} of {len(sel)} conditions within {TARGETS[kind] * 100:.0f}%, {chance} more within two "
+                f"standard errors of their repetitions; mean |difference| {fmean(abs(r.diff) for r in sel) * 100:.1f}%"
             )
     return "\n".join(lines)
 
@@ -188,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     (args.out / "fidelity.md").write_text(text + "\n")
     (args.out / "fidelity.json").write_text(
-        json.dumps([{**asdict(r), "diff": r.diff, "within": r.within} for r in rows], indent=1)
+        json.dumps([{**asdict(r), "diff": r.diff, "within": r.within, "noise": r.noise} for r in rows], indent=1)
     )
     print(text)
     return 0

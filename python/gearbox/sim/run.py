@@ -13,7 +13,7 @@ refused before anything runs, with the feature named and `gearbox lab run` sugge
 a policy over TCP (`tcp`, `h1`), a client flag (`load_args`: the client's gears choose
 a protocol), an edge flag other than `--cc` and `--initial-window` (the edge's TCP-only
 flags change nothing for QUIC and are let through), a multipath or population topology,
-a workload `time_scale`.
+a workload `time_scale`, a `[control]` table (a control plane beside the edge).
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def check(s: sc.Scenario) -> None:
         raise _refuse(s, "topology", f"topology {s.topology!r}")
     if s.workload.time_scale != 1.0:
         raise _refuse(s, "workload.time_scale", f"time_scale {s.workload.time_scale:g}")
+    if s.control is not None:
+        raise _refuse(s, "control", "a control plane beside the edge ([control])")
     for p in s.policies:
         if p.proto != "quic":
             raise _refuse(s, f"policies.{p.name}", f"policy {p.name!r} runs over TCP (proto {p.proto})")
@@ -125,22 +127,7 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path) -> Run
         status = "failed"
         message = f"gearbox sim exec exited with {r.returncode}: " + " | ".join(r.stderr.strip().splitlines()[-3:])
     n = sum(1 for line in records.open() if line.strip()) if records.exists() else 0
-    return RunResult(
-        run_id=run.run_id,
-        condition_id=run.condition.id,
-        policy=run.policy.name,
-        proto=run.policy.proto,
-        repetition=run.repetition,
-        link_seed=run.link_seed,
-        workload_seed=run.workload_seed,
-        status=status,
-        exit_code=r.returncode,
-        started_unix_ms=started * 1000.0,
-        wall_s=time.time() - started,
-        client_records=n,
-        message=message,
-        dir=str(run.dir),
-    )
+    return RunResult.of(run, status, r.returncode, started, message, client_records=n)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@
 //! connection would cost a QUIC endpoint (a UDP socket) each, and the bench's own file
 //! descriptors would then be the bound instead of the server's.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,12 @@ pub(super) struct IdleSet {
     pub(super) first_error: Option<String>,
     /// Wall time the opening took, seconds.
     pub(super) open_s: f64,
+    /// Connections that ended before the bench closed them, by cause (who closed it, and
+    /// why, as the transport reported it).
+    closes: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// The local UDP port of the QUIC connections (one endpoint for all), for the
+    /// socket's drop count; `None` for TCP.
+    pub(super) udp_port: Option<u16>,
 }
 
 /// Each variant holds the request handle because dropping it would close the connection.
@@ -67,6 +74,38 @@ impl IdleSet {
     pub(super) fn opened(&self) -> u64 {
         self.holders.len() as u64
     }
+
+    /// Connections the server or the transport ended, by cause.
+    pub(super) fn closes(&self) -> Vec<(String, u64)> {
+        let c = self.closes.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter().map(|(k, n)| (k.clone(), *n)).collect()
+    }
+}
+
+/// Why a held QUIC connection ended, in words for the report: an idle timeout is the
+/// bench's own transport hearing nothing for the negotiated idle timeout; a close is the
+/// server's (with its code); a reset the server's stateless reset.
+fn quic_close_cause(e: &quinn::ConnectionError) -> String {
+    match e {
+        quinn::ConnectionError::TimedOut => "idle timeout: nothing received for the negotiated idle timeout".into(),
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            format!("the server closed it (application code {:#x})", u64::from(c.error_code))
+        }
+        quinn::ConnectionError::ConnectionClosed(c) => {
+            format!("the server closed it (transport code {})", c.error_code)
+        }
+        quinn::ConnectionError::Reset => "stateless reset from the server".into(),
+        quinn::ConnectionError::LocallyClosed => "closed by the bench".into(),
+        other => format!("{other}"),
+    }
+}
+
+fn count_close(closes: &Mutex<BTreeMap<String, u64>>, cause: String) {
+    *closes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(cause)
+        .or_insert(0) += 1;
 }
 
 /// Which transport an idle set uses.
@@ -89,16 +128,19 @@ pub(super) async fn open(
     let trust = Trust::Roots(vec![cert.to_path_buf()]);
     let alive = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(Mutex::new(None::<String>));
+    let closes = Arc::new(Mutex::new(BTreeMap::new()));
     let started = Instant::now();
+    let mut udp_port = None;
     let holders: Vec<Holder> = match kind {
         IdleKind::TcpH2 => {
             let tls = tls::client_config(&trust, &[b"h2"])?;
             let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
             futures::stream::iter(0..count)
                 .map(|_| {
-                    let (connector, alive, first_error) = (connector.clone(), alive.clone(), first_error.clone());
+                    let (connector, alive, first_error, closes) =
+                        (connector.clone(), alive.clone(), first_error.clone(), closes.clone());
                     async move {
-                        match tokio::time::timeout(OPEN_BOUND, open_h2(&connector, addr, alive)).await {
+                        match tokio::time::timeout(OPEN_BOUND, open_h2(&connector, addr, alive, closes)).await {
                             Ok(Ok(h)) => Some(h),
                             Ok(Err(e)) => note(&first_error, format!("{e:#}")),
                             Err(_) => note(&first_error, format!("not open after {OPEN_BOUND:?}")),
@@ -124,12 +166,18 @@ pub(super) async fn open(
             config.transport_config(Arc::new(transport));
             let endpoint = gearbox_dataplane::transport::quic_endpoint("127.0.0.1:0".parse()?, None)
                 .context("cannot open the bench's QUIC endpoint")?;
+            udp_port = endpoint.local_addr().ok().map(|a| a.port());
             futures::stream::iter(0..count)
                 .map(|_| {
-                    let (endpoint, config, alive, first_error) =
-                        (endpoint.clone(), config.clone(), alive.clone(), first_error.clone());
+                    let (endpoint, config, alive, first_error, closes) = (
+                        endpoint.clone(),
+                        config.clone(),
+                        alive.clone(),
+                        first_error.clone(),
+                        closes.clone(),
+                    );
                     async move {
-                        match tokio::time::timeout(OPEN_BOUND, open_h3(&endpoint, config, addr, alive)).await {
+                        match tokio::time::timeout(OPEN_BOUND, open_h3(&endpoint, config, addr, alive, closes)).await {
                             Ok(Ok(h)) => Some(h),
                             Ok(Err(e)) => note(&first_error, format!("{e:#}")),
                             Err(_) => note(&first_error, format!("not open after {OPEN_BOUND:?}")),
@@ -149,6 +197,8 @@ pub(super) async fn open(
         holders,
         first_error,
         open_s: started.elapsed().as_secs_f64(),
+        closes,
+        udp_port,
     })
 }
 
@@ -161,6 +211,7 @@ async fn open_h2(
     connector: &tokio_rustls::TlsConnector,
     addr: SocketAddr,
     alive: Arc<AtomicU64>,
+    closes: Arc<Mutex<BTreeMap<String, u64>>>,
 ) -> anyhow::Result<Holder> {
     let tcp = tokio::net::TcpStream::connect(addr).await.context("TCP connect")?;
     let name = rustls::pki_types::ServerName::try_from("localhost")?;
@@ -169,8 +220,12 @@ async fn open_h2(
     alive.fetch_add(1, Ordering::Relaxed);
     let task = tokio::spawn(async move {
         // Answers PINGs and SETTINGS until the server closes the connection.
-        let _ = conn.await;
+        let cause = match conn.await {
+            Ok(()) => "the server closed it".to_string(),
+            Err(e) => format!("the server closed it ({e})"),
+        };
         alive.fetch_sub(1, Ordering::Relaxed);
+        count_close(&closes, cause);
     });
     Ok(Holder::H2(send, task))
 }
@@ -180,6 +235,7 @@ async fn open_h3(
     config: quinn::ClientConfig,
     addr: SocketAddr,
     alive: Arc<AtomicU64>,
+    closes: Arc<Mutex<BTreeMap<String, u64>>>,
 ) -> anyhow::Result<Holder> {
     let conn = endpoint
         .connect_with(config, addr, "localhost")?
@@ -189,9 +245,14 @@ async fn open_h3(
         .await
         .context("HTTP/3 set-up")?;
     alive.fetch_add(1, Ordering::Relaxed);
+    let quic = conn.clone();
     let task = tokio::spawn(async move {
         let _ = driver.wait_idle().await;
         alive.fetch_sub(1, Ordering::Relaxed);
+        let cause = quic
+            .close_reason()
+            .map_or_else(|| "the HTTP/3 driver ended".into(), |e| quic_close_cause(&e));
+        count_close(&closes, cause);
     });
     Ok(Holder::H3(conn, send, task))
 }

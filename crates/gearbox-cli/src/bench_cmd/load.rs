@@ -7,9 +7,10 @@
 //! request rate and latency of the active clients. Servers are measured one after the
 //! other (each with its own idle connections), under the same client.
 //!
-//! The load generator shares the machine's cores with the server it measures. It runs on
-//! a runtime of `--client-threads` threads (one by default), so that on two cores it can
-//! never take more than one from the server; its CPU and the server's are printed beside
+//! The load generator shares the machine's cores with the server it measures. Its active
+//! clients run on a runtime of `--client-threads` threads (one by default) and its idle
+//! connections on one thread more, which only answers and sends PINGs, so that on two
+//! cores it takes little more than one from the server; its CPU and the server's are printed beside
 //! each figure, as in `gearbox bench edge`, so a client-bound figure shows as such. The
 //! alternative, a separate load-generating program (h2load, wrk), was rejected: none
 //! speaks HTTP/3 from Debian's packages, and two tools would measure the two protocols
@@ -35,7 +36,7 @@ use gearbox_workload::WorkloadSpec;
 
 use super::idle::{self, IdleKind};
 use super::peers::{start_caddy, write_noise};
-use super::proc_stats::{load_average, own_cpu_s};
+use super::proc_stats::{load_average, own_cpu_s, udp_drops};
 use super::process::{free_port, Server};
 
 /// Arguments of `gearbox bench load`.
@@ -71,6 +72,13 @@ pub struct LoadBenchArgs {
     /// The caddy binary.
     #[arg(long, default_value = "caddy")]
     pub caddy: PathBuf,
+    /// The active clients' `quic_silence_floor`, seconds: no QUIC handshake is given up
+    /// and no connection declared silent sooner. The client's default (1 s, and 2 s for a
+    /// first handshake) is for a host that schedules it promptly; the bench shares
+    /// starved cores with the server and with 1,000 other clients, so its own stalls
+    /// would count as dead paths.
+    #[arg(long, default_value_t = 15.0)]
+    pub quic_silence_floor_s: f64,
 }
 
 /// Resident memory and descriptors of a process at one moment.
@@ -108,10 +116,18 @@ struct Active {
     errors: u64,
     error_kinds: Vec<(String, u64)>,
     first_error: Option<String>,
+    /// UDP datagrams dropped for a full receive buffer during the measurement: (at the
+    /// server's socket, elsewhere on the machine).
+    udp_drops: (u64, u64),
+    /// Of the drops elsewhere, those at the socket of the bench's idle QUIC connections.
+    idle_socket_drops: u64,
     client_cpu_pct: f64,
     server_cpu_pct: f64,
     mem: ProcMem,
 }
+
+/// Counts by cause, as the report lists them.
+type Causes = Vec<(String, u64)>;
 
 /// Everything measured against one server.
 #[derive(Debug, Default)]
@@ -130,6 +146,11 @@ struct ServerFigures {
     h3: Active,
     /// Idle connections still open after both active measurements: (TCP, QUIC).
     alive_after: (u64, u64),
+    /// Idle connections that ended before the bench closed them, by cause: (TCP, QUIC).
+    closes: (Causes, Causes),
+    /// UDP datagrams dropped for a full receive buffer while the idle QUIC connections
+    /// were opened: (at the server's socket, elsewhere).
+    open_udp_drops: (u64, u64),
 }
 
 /// Raises this process's `RLIMIT_NOFILE` (and so its children's) to at least `want`,
@@ -169,6 +190,9 @@ fn raise_fd_limit(want: u64) -> u64 {
 pub fn run(a: LoadBenchArgs) -> anyhow::Result<()> {
     if a.active == 0 || a.objects == 0 || a.duration_s <= 0.0 || a.open_parallel == 0 || a.client_threads == 0 {
         bail!("--active, --objects, --duration-s, --open-parallel and --client-threads must be positive");
+    }
+    if !(a.quic_silence_floor_s.is_finite() && a.quic_silence_floor_s > 0.0 && a.quic_silence_floor_s <= 600.0) {
+        bail!("--quic-silence-floor-s must be in (0, 600] seconds");
     }
     let spec = WorkloadSpec::load(&a.workload).with_context(|| format!("--workload {}", a.workload))?;
     if spec.clicks.is_none() {
@@ -214,12 +238,32 @@ pub fn run(a: LoadBenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The idle connections live on a thread of their own: on the active clients' thread,
+    // a busy moment left their one UDP socket undrained, the kernel dropped the servers'
+    // PINGs there (counted by the report's "idle QUIC socket" rows), and idle QUIC
+    // connections timed out for the bench's own stalls.
+    let idle_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("bench-idle")
+        .enable_all()
+        .build()
+        .context("cannot start the idle connections' runtime")?;
     let started = Instant::now();
     let mut figures = Vec::new();
     for (name, server) in [("gearbox", &edge), ("caddy", &caddy)] {
-        let f = rt.block_on(measure_server(name, server, &a, idle_n, &cert, &spec, &pool))?;
+        let f = rt.block_on(measure_server(
+            name,
+            server,
+            &a,
+            idle_n,
+            &cert,
+            &spec,
+            &pool,
+            idle_rt.handle(),
+        ))?;
         figures.push(f);
     }
+    drop(idle_rt);
     let wall_s = started.elapsed().as_secs_f64();
     drop(edge);
     drop(caddy);
@@ -289,6 +333,7 @@ fn start_edge(dir: &Path, cert: &Path, key: &Path, www: &Path, max_connections: 
     Server::start("gearbox edge", cmd, port, dir.join("edge.log"))
 }
 
+#[allow(clippy::too_many_arguments)] // the run's pieces, each used
 async fn measure_server(
     name: &str,
     server: &Server,
@@ -297,15 +342,22 @@ async fn measure_server(
     cert: &Path,
     spec: &WorkloadSpec,
     pool: &[u64],
+    idle_rt: &tokio::runtime::Handle,
 ) -> anyhow::Result<ServerFigures> {
+    // Opens an idle set on the idle runtime, where its tasks and its endpoint then run.
+    let open_idle = |kind: IdleKind| {
+        let (cert, parallel) = (cert.to_path_buf(), a.open_parallel);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.port));
+        let task = idle_rt.spawn(async move { idle::open(kind, addr, &cert, idle_n, parallel).await });
+        async move { task.await.context("the idle connections' task failed")? }
+    };
     let pid = server.pid();
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.port));
     let mut f = ServerFigures {
         start: proc_mem(pid),
         ..ServerFigures::default()
     };
     eprintln!("bench: {name}: opening {idle_n} idle TLS/TCP (h2) connections");
-    let tcp = idle::open(IdleKind::TcpH2, addr, cert, idle_n, a.open_parallel).await?;
+    let tcp = open_idle(IdleKind::TcpH2).await?;
     settle().await;
     f.after_tcp = proc_mem(pid);
     eprintln!(
@@ -317,8 +369,10 @@ async fn measure_server(
         f.after_tcp.fds
     );
     eprintln!("bench: {name}: opening {idle_n} idle QUIC (h3) connections");
-    let quic = idle::open(IdleKind::QuicH3, addr, cert, idle_n, a.open_parallel).await?;
+    let drops0 = udp_drops(server.port);
+    let quic = open_idle(IdleKind::QuicH3).await?;
     settle().await;
+    f.open_udp_drops = udp_drops(server.port).since(drops0);
     f.after_quic = proc_mem(pid);
     eprintln!(
         "bench: {name}: {} open, {} failed in {:.1} s; server RSS {} MB, {} fds",
@@ -335,14 +389,19 @@ async fn measure_server(
             f.open_errors.push(format!("{what}: {e}"));
         }
     }
+    let idle_port = quic.udp_port.unwrap_or(0);
     for (pref, slot) in [(TransportPref::Tcp, 0), (TransportPref::Quic, 1)] {
-        let r = active(server, pref, a, cert, spec, pool).await?;
+        let idle0 = udp_drops(idle_port);
+        let mut r = active(server, pref, a, cert, spec, pool).await?;
+        r.idle_socket_drops = udp_drops(idle_port).since(idle0).0;
         eprintln!(
-            "bench: {name} {pref}: {:.0} req/s, p50 {:.1} ms, p99 {:.1} ms, {} errors (cpu client {:.0}%, server {:.0}%); RSS {} MB, {} fds",
+            "bench: {name} {pref}: {:.0} req/s, p50 {:.1} ms, p99 {:.1} ms, {} errors {:?}, UDP drops {:?} (cpu client {:.0}%, server {:.0}%); RSS {} MB, {} fds",
             r.requests_per_s,
             r.p50_ms,
             r.p99_ms,
             r.errors,
+            r.error_kinds,
+            r.udp_drops,
             r.client_cpu_pct,
             r.server_cpu_pct,
             r.mem.rss_kb / 1024,
@@ -355,6 +414,7 @@ async fn measure_server(
         }
     }
     f.alive_after = (tcp.alive(), quic.alive());
+    f.closes = (tcp.closes(), quic.closes());
     drop(tcp);
     drop(quic);
     // Let the server see the closes before the next server's turn.
@@ -377,8 +437,12 @@ struct Tally {
     first_error: Option<String>,
 }
 
-/// The kind of a client error, for the report: its variant's name.
+/// The kind of a client error, for the report: its variant's name, with what timed out
+/// for a timeout.
 fn error_kind(e: &gearbox_client::ClientError) -> String {
+    if let gearbox_client::ClientError::Timeout { what, after, .. } = e {
+        return format!("Timeout ({what}, {} s)", after.as_secs_f64());
+    }
     let debug = format!("{e:?}");
     debug
         .split(|c: char| !c.is_alphanumeric() && c != '_')
@@ -410,6 +474,7 @@ async fn active(
             trust: Trust::Roots(vec![cert.to_path_buf()]),
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
+            quic_silence_floor: Duration::from_secs_f64(a.quic_silence_floor_s),
             ..ClientConfig::default()
         })?;
         let (stop, counting, done, tally, pool, spec, base) = (
@@ -485,13 +550,13 @@ async fn active(
         }));
     }
     tokio::time::sleep(Duration::from_secs_f64(a.warmup_s)).await;
-    let (c0, s0) = (own_cpu_s(), server.cpu_s());
+    let (c0, s0, d0) = (own_cpu_s(), server.cpu_s(), udp_drops(server.port));
     let (n0, w0) = (done.load(Ordering::Relaxed), Instant::now());
     counting.store(true, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs_f64(a.duration_s)).await;
     stop.store(true, Ordering::Relaxed);
     let (n1, wall) = (done.load(Ordering::Relaxed), w0.elapsed().as_secs_f64());
-    let (c1, s1) = (own_cpu_s(), server.cpu_s());
+    let (c1, s1, udp) = (own_cpu_s(), server.cpu_s(), udp_drops(server.port).since(d0));
     let mem = proc_mem(server.pid());
     for t in tasks {
         let _ = t.await;
@@ -506,6 +571,8 @@ async fn active(
         errors: t.errors,
         error_kinds: std::mem::take(&mut t.kinds).into_iter().collect(),
         first_error: t.first_error.take(),
+        udp_drops: udp,
+        idle_socket_drops: 0,
         client_cpu_pct: (c1 - c0) / wall * 100.0,
         server_cpu_pct: (s1 - s0) / wall * 100.0,
         mem,
@@ -554,8 +621,9 @@ fn print_report(
     }
     println!(
         "idle: {idle_n} TLS/TCP (h2) + {idle_n} QUIC (h3) connections held; active: {} clients of `{}` (closed loop, no think time), \
-         {} s after {} s warm-up (the clients start evenly over it), over h2 then h3, with the idle ones held",
-        a.active, a.workload, a.duration_s, a.warmup_s
+         {} s after {} s warm-up (the clients start evenly over it), over h2 then h3, with the idle ones held; \
+         the active clients give up a QUIC handshake or declare a path silent after {} s at the earliest",
+        a.active, a.workload, a.duration_s, a.warmup_s, a.quic_silence_floor_s
     );
     println!(
         "objects: {} files, {} to {} bytes, {:.1} kB mean; gearbox edge limits: defaults but max_connections = max_connections_per_ip = {edge_conns}, connection_idle_timeout_ms = 600000\n",
@@ -644,10 +712,43 @@ fn print_report(
     row("peak RSS, whole run (MB)", mb(g.h3.mem.hwm_kb), mb(c.h3.mem.hwm_kb), 1);
     count("idle TCP still open at the end", g.alive_after.0, c.alive_after.0);
     count("idle QUIC still open at the end", g.alive_after.1, c.alive_after.1);
+    count(
+        "UDP drops at the server, idle QUIC opening",
+        g.open_udp_drops.0,
+        c.open_udp_drops.0,
+    );
+    count(
+        "UDP drops elsewhere, idle QUIC opening",
+        g.open_udp_drops.1,
+        c.open_udp_drops.1,
+    );
+    for (label, gx, cx) in [("h2", &g.h2, &c.h2), ("h3", &g.h3, &c.h3)] {
+        count(
+            &format!("UDP drops at the server, {label} active"),
+            gx.udp_drops.0,
+            cx.udp_drops.0,
+        );
+        count(
+            &format!("UDP drops at the idle QUIC socket, {label} active"),
+            gx.idle_socket_drops,
+            cx.idle_socket_drops,
+        );
+        count(
+            &format!("UDP drops elsewhere (idle incl.), {label} active"),
+            gx.udp_drops.1,
+            cx.udp_drops.1,
+        );
+    }
     println!();
     for (name, f) in [("gearbox", g), ("caddy", c)] {
         for e in &f.open_errors {
             println!("{name}: first idle-connection failure, {e}");
+        }
+        for (what, closes) in [("TCP", &f.closes.0), ("QUIC", &f.closes.1)] {
+            if !closes.is_empty() {
+                let by: Vec<String> = closes.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                println!("{name}: idle {what} connections lost before the end: {}", by.join("; "));
+            }
         }
         for (label, x) in [("h2", &f.h2), ("h3", &f.h3)] {
             if let Some(e) = &x.first_error {
@@ -708,7 +809,12 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             after: Duration::from_secs(2),
         };
-        assert_eq!(error_kind(&e), "Timeout");
+        assert_eq!(error_kind(&e), "Timeout (QUIC handshake, 2 s)");
+        let e = gearbox_client::ClientError::QuicSilent {
+            addr: "127.0.0.1:1".into(),
+            silent_ms: 1000,
+        };
+        assert_eq!(error_kind(&e), "QuicSilent");
     }
 
     #[test]

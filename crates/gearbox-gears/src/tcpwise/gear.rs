@@ -81,6 +81,7 @@ impl InitialWindowGear for TcpWiseGear {
                 hour: Some(hour),
                 iw_set: Some(view.iw),
                 iw,
+                table_version: Some(table.version),
                 source: "table".into(),
             }),
             reason,

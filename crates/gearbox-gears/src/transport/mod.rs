@@ -45,6 +45,7 @@ pub mod probe;
 pub mod race;
 pub mod rollback;
 pub mod strawman;
+pub mod swap;
 pub mod wisetrans;
 
 use std::fmt::Write as _;
@@ -65,6 +66,7 @@ pub use probe::{trimmed_mean_drop_farthest, two_most_similar_mean, ProbeAgent};
 pub use race::Race;
 pub use rollback::{RollbackChecker, Verdict};
 pub use strawman::{Strawman, StrawmanCoefficients};
+pub use swap::{MonitorSlot, SwappableWiseTrans, WISETRANS_GEAR};
 pub use wisetrans::{Version, WiseTrans};
 
 /// Which transport gear, by its name on the command line and in decision strings.

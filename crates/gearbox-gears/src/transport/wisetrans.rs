@@ -186,6 +186,20 @@ impl WiseTrans {
         }
     }
 
+    /// Runs `monitor` from now on (a model polled from the control plane,
+    /// [`super::swap`]). What the gear learned of each origin (windows, explorations,
+    /// rollback checks, decisions awaiting their records) stays; each origin's cached score
+    /// is dropped, so no decision uses the old model's score, and the next finished
+    /// request on the current protocol is scored by the new model (for v2 a score far
+    /// from the last exploration's then triggers one, as any score jump does).
+    pub fn set_monitor(&mut self, monitor: NetworkMonitor) {
+        self.fallback_detail = monitor.unavailable().map(str::to_string);
+        self.monitor = monitor;
+        for st in self.origins.values_mut() {
+            st.score = None;
+        }
+    }
+
     /// The same gear writing `mode` first in its reasons (the behaviour is the version's).
     pub fn named(mut self, mode: &'static str) -> Self {
         self.mode = mode;

@@ -26,8 +26,10 @@ from gearbox.lab.scenario.conditions import (
 from gearbox.lab.scenario.emu import TraceResolver, compile_path, dumps_toml, emu_config
 from gearbox.lab.scenario.model import (
     Condition,
+    ControlSpec,
     PathSpec,
     Policy,
+    PolicyPush,
     PopulationSpec,
     SampleSpec,
     Scenario,
@@ -72,8 +74,10 @@ __all__ = [
     "TOPOLOGIES",
     "TRACE_PRESETS",
     "Condition",
+    "ControlSpec",
     "PathSpec",
     "Policy",
+    "PolicyPush",
     "PopulationSpec",
     "SampleSpec",
     "Scenario",

@@ -117,6 +117,26 @@ class SampleSpec:
 
 
 @dataclass
+class PolicyPush:
+    """One `gearbox control policy push GEAR DIR --activate` of a run (`[[control.push]]`)."""
+
+    gear: str
+    dir: Path
+    at_s: float = 0.0
+    """0: before the edge and the client start; else seconds after the links start."""
+
+
+@dataclass
+class ControlSpec:
+    """`[control]`: each run starts `gearbox control serve` beside the edge; the edge and the
+    client upload their telemetry to it and poll their policies (docs/lab.md, "Control
+    plane")."""
+
+    poll_s: float = 1.0
+    pushes: list[PolicyPush] = field(default_factory=list)
+
+
+@dataclass
 class Scenario:
     """A parsed, checked scenario file."""
 
@@ -134,6 +154,7 @@ class Scenario:
     policies: list[Policy] = field(default_factory=list)
     grid: dict[str, list[float | int]] = field(default_factory=dict)
     sample: SampleSpec | None = None
+    control: ControlSpec | None = None
 
     @property
     def run_timeout_s(self) -> float:

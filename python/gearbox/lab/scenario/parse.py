@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from gearbox.lab.scenario.model import (
+    ControlSpec,
     PathSpec,
     Policy,
+    PolicyPush,
     PopulationSpec,
     SampleSpec,
     Scenario,
@@ -91,9 +93,32 @@ def parse(data: dict[str, Any], path: Path) -> Scenario:
     st = t.table("sample")
     if st is not None:
         s.sample = _sample(st)
+    ct = t.table("control")
+    if ct is not None:
+        s.control = _control(ct, base, s)
     t.done()
     _check_sweeps(t, s)
     return s
+
+
+# The registry's gears a lab run's edge and client poll (docs/control.md).
+CONTROL_GEARS = ("tcpwise", "floo", "wisetrans")
+
+
+def _control(t: Table, base: Path, s: Scenario) -> ControlSpec:
+    c = ControlSpec(poll_s=t.float("poll_s", 1.0, positive=True))
+    for pt in t.tables("push"):
+        gear = pt.str("gear", choices=CONTROL_GEARS)
+        d = _resolved(pt, "dir", base, pt.str("dir"))
+        if not d.is_dir():
+            raise pt.error("dir", f"{d}: no such folder (a policy folder: model files with their sidecars)")
+        at_s = pt.float("at_s", 0.0)
+        if not 0.0 <= at_s < s.duration_s:
+            raise pt.error("at_s", f"must be in [0, duration_s = {s.duration_s:g}), got {at_s:g}")
+        c.pushes.append(PolicyPush(gear=gear, dir=d, at_s=at_s))
+        pt.done()
+    t.done()
+    return c
 
 
 def _resolved(t: Table, key: str, base: Path, value: str) -> Path:

@@ -1,0 +1,141 @@
+"""`gearbox lab flexhttp` (docs/flexhttp.md "Dataset and classifiers"): the WSP sample of Table 1's grid,
+reading the exported forest back, and a small grid measured through the real emulator, trained and
+evaluated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gearbox.flexhttp.features import FEATURES
+from gearbox.flexhttp.lab import TABLE1, Condition, dataset, evaluate, forest_predict, sample_conditions, train
+
+
+def test_a_wsp_sample_spreads_over_table_1s_grid() -> None:
+    conds = sample_conditions(30, seed=1)
+    cells = {(c.rtt_ms, c.loss_rate, c.rate_mbps) for c in conds}
+    assert len(cells) == 30
+    assert sample_conditions(30, seed=1) == conds
+    for attr, key in (("rtt_ms", "rtt_ms"), ("loss_rate", "loss_rate"), ("rate_mbps", "rate_mbps")):
+        seen = {getattr(c, attr) for c in conds}
+        assert seen <= set(TABLE1[key])
+        # 30 space-filling points over 7 levels reach nearly every level of every axis.
+        assert len(seen) >= 6, (attr, sorted(seen))
+
+
+def test_the_exported_forest_reads_back_as_scikit_learn_predicts(tmp_path: Path) -> None:
+    from sklearn.ensemble import RandomForestClassifier
+
+    from gearbox.models.sklearn_to_json import save_forest
+
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(3, 2, (400, len(FEATURES)))
+    y = (x[:, 0] * x[:, 1] > x[:, 3]).astype(int)
+    model = RandomForestClassifier(n_estimators=20, max_depth=4, random_state=0).fit(x, y)
+    save_forest(model, tmp_path / "forest.json", list(FEATURES))
+    probe = rng.lognormal(3, 2, (200, len(FEATURES)))
+    assert np.allclose(forest_predict(tmp_path, probe), model.predict_proba(probe)[:, 1], atol=1e-6)
+
+
+def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_path: Path) -> None:
+    """Three conditions x two light pages x h2, h3 through `gearbox emu` (about a minute)."""
+    from gearbox.lab import environment
+
+    try:
+        environment.check_emulator()
+    except environment.LabError as e:
+        pytest.skip(str(e))
+    conds = [Condition(30, 0.0001, 25), Condition(200, 0.03, 10), Condition(80, 0.01, 25)]
+    out = tmp_path / "ds"
+    dataset(
+        out,
+        conds,
+        pages=2,
+        pages_seed=17,
+        reps=1,
+        jobs=3,
+        seed=1,
+        request_timeout_s=60,
+        max_page_bytes=2e5,
+        gearbox=gearbox_bin,
+    )
+    rows = [json.loads(line) for line in (out / "loads.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 2 * 2
+    ok = [r for r in rows if "error" not in r]
+    assert len(ok) >= 10, [r.get("error") for r in rows]
+    # Every load went over the version asked for, and fetched the whole page.
+    assert all(r["protocol"] == r["http_version"] for r in ok)
+    assert {r["objects"] for r in ok if r["page"] == ok[0]["page"]} == {ok[0]["objects"]}
+    # A round trip per dependency level at least: the 200 ms path is slower than the 30 ms one.
+    slow = [r["page_load_ms"] for r in ok if r["condition"]["rtt_ms"] == 200]
+    fast = [r["page_load_ms"] for r in ok if r["condition"]["rtt_ms"] == 30]
+    assert min(slow) > max(fast)
+    report = train(out, tmp_path / "train", folds=3, seed=0, ks=[2])
+    assert report["folds"] == 3 and report["conditions"] == 3
+    for c in report["classifiers"].values():
+        assert 0.0 <= c["accuracy"] <= 1.0
+    assert set(report["kmeans"]) >= {"2"}
+    assert (tmp_path / "train" / "train.json").is_file()
+    if "error" not in report["model"]:
+        ev = evaluate(tmp_path / "train" / "model", out)
+        o = ev["overall"]
+        assert o["oracle"]["mean_ms"] <= min(o["h2-only"]["mean_ms"], o["h3-only"]["mean_ms"])
+        assert o["flexhttp"]["mean_ms"] >= o["oracle"]["mean_ms"]
+
+
+def _load(gearbox_bin: Path, edge, tmp_path: Path, *extra: str) -> list[dict]:  # noqa: ANN001
+    import subprocess
+
+    tele = tmp_path / f"client-{len(list(tmp_path.iterdir()))}.jsonl"
+    r = subprocess.run(
+        [str(gearbox_bin), "load", "--workload", "page", "--requests", "60", "--time-scale", "0.01"]
+        + ["--target", edge.origin, "--ca", str(edge.cert), "--telemetry", str(tele), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in tele.read_text().splitlines()]
+
+
+def test_load_chooses_the_http_version_per_page_and_records_why(gearbox_bin: Path, edge, tmp_path: Path) -> None:  # noqa: ANN001
+    """`gearbox load --http-version auto` with the agent's forest (the gear's test vectors) and a long
+    lossy path measured by the agent: a page load that misses the cache takes a random version and the
+    forest fills the cache; every object of a page travels on the version chosen for it, and its
+    record says why."""
+    forest = Path(__file__).resolve().parents[2] / "crates/gearbox-gears/tests/data/flexhttp/forest.json"
+    net = tmp_path / "network.json"
+    net.write_text(json.dumps({"rtt_ms": 480.0, "loss_rate": 0.03, "capacity_mbps": 1.0, "measurements": 3}))
+    records = _load(
+        gearbox_bin,
+        edge,
+        tmp_path,
+        "--http-version",
+        "auto",
+        "--flexhttp-model",
+        str(forest),
+        "--agent-network",
+        str(net),
+    )
+    decisions = [r["decision"] for r in records]
+    assert all(d.startswith("flexhttp: ") for d in decisions), decisions[:3]
+    # One decision per page load: every object of a load shares it, and its protocol.
+    by_click: dict[int, set] = {}
+    for r in records:
+        by_click.setdefault(r["click"], set()).add((r["decision"], r["protocol"]))
+    assert all(len(v) == 1 for v in by_click.values()), by_click
+    for ((decision, protocol),) in by_click.values():
+        if "cache hit" in decision:  # the version the forest chose when the entry was made
+            p_h3 = float(decision.split("forest p_h3 ")[1].split(",")[0])
+            assert protocol == ("h3" if p_h3 >= 0.5 else "h2"), decision
+        else:
+            # The forest's answer fills the cache (the workload's pages are small ones, so it is
+            # not always h3 even on this path); this load took the random version.
+            assert "forest p_h3" in decision and " caches h" in decision, decision
+            assert protocol == ("h3" if "random h3" in decision else "h2"), decision
+    # Fixed versions say so.
+    fixed = _load(gearbox_bin, edge, tmp_path, "--http-version", "h2")
+    assert {r["decision"] for r in fixed} == {"flexhttp: fixed h2"} and {r["protocol"] for r in fixed} == {"h2"}
