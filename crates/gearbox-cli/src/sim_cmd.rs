@@ -95,6 +95,18 @@ fn exec(a: ExecArgs) -> anyhow::Result<()> {
             String::new()
         }
     );
+    for (path, dir, s) in &out.links {
+        eprintln!(
+            "gearbox sim: path {path} {dir}: arrived {} ({} B each on average), delivered {}, policer drops {}, \
+             loss drops {}, queue drops {}",
+            s.arrived_packets,
+            s.arrived_bytes.checked_div(s.arrived_packets).unwrap_or(0),
+            s.delivered_packets,
+            s.policer_drops,
+            s.loss_drops,
+            s.queue_drops
+        );
+    }
     if out.timed_out {
         anyhow::bail!("the run hit its virtual-time limit");
     }

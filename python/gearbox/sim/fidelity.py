@@ -131,7 +131,7 @@ def measure(out: Path) -> dict[str, tuple[str, float, int, dict[int, float]]]:
     conds = {c["condition_id"]: c for c in json.loads((out / "conditions.json").read_text())}
     per: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for run in json.loads((out / "runs.json").read_text()):
-        per.setdefault(run["condition_id"], {})[run["repetition"]] = _records(Path(run["dir"]))
+        per.setdefault(run["condition_id"], {}).setdefault(run["repetition"], []).extend(_records(Path(run["dir"])))
     result = {}
     for cid, reps in sorted(per.items()):
         recs = [r for rep in reps.values() for r in rep]
@@ -186,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=15.0, help="requests sent for this long per run (app)")
     p.add_argument("--only", help="run only the scenarios whose name contains this")
     p.add_argument("--compare-only", action="store_true", help="compare finished runs in --out, run nothing")
+    p.add_argument(
+        "--sim-only",
+        action="store_true",
+        help="rerun only the simulator and compare with the emulator's runs already in --out (a simulator change)",
+    )
     args = p.parse_args(argv)
     from gearbox.lab import runner
 
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             emu_out, sim_out = args.out / "emu" / s.name, args.out / "sim" / s.name
             if not args.compare_only:
                 runner.run_scenario(s, sim_out, jobs=2, gearbox=gearbox, force=True, progress=False, backend="sim")
+            if not (args.compare_only or args.sim_only):
                 runner.run_scenario(s, emu_out, gearbox=gearbox, force=True, progress=False, realtime_endpoints=True)
             rows += compare(s.name, emu_out, sim_out)
     except (sc.ScenarioError, LabError) as e:
