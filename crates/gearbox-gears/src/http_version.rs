@@ -41,25 +41,8 @@ pub const PAGE_FEATURES: [&str; 8] = [
     "image_bytes",
 ];
 
-/// The two versions chosen between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HttpVersion {
-    /// HTTP/2 over TCP and TLS.
-    H2,
-    /// HTTP/3 over QUIC.
-    H3,
-}
-
-impl HttpVersion {
-    /// `h2` or `h3`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HttpVersion::H2 => "h2",
-            HttpVersion::H3 => "h3",
-        }
-    }
-}
+/// The two versions chosen between (the gear API's, so records and gears name them alike).
+pub use gearbox_gear_api::HttpVersion;
 
 /// The network between the client and its agent, as the agent measured it (`GET
 /// /v1/flexhttp/network`): round-trip time in ms, loss rate as a fraction, capacity in Mbit/s.

@@ -78,12 +78,32 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 60) -> None:
             proc.wait(timeout=timeout_s)
 
 
+def prepare_instance(folder: Path, listen: str, cert: Path, key: Path, poll_s: float) -> dict[str, str]:
+    """A scripted control plane's folder (this loop's, and each lab run's with a
+    `[control]` table): `control.toml` listening on `listen` with an embedded store in
+    `folder/store`, and an admin, an edge and a client token, returned by role."""
+    from gearbox.control.store import open_store
+    from gearbox.control.tokens import hash_token, new_token
+
+    (folder / "control.toml").write_text(
+        f'[server]\nlisten = "{listen}"\ncert = "{cert}"\nkey = "{key}"\nstore = "store"\n'
+        f"poll_interval_s = {poll_s}\nflush_interval_s = 0.5\n"
+    )
+    tokens: dict[str, str] = {}
+    store = open_store("store", folder)
+    try:
+        for role in ("admin", "edge", "client"):
+            tokens[role] = new_token()
+            store.add_token(hash_token(tokens[role]), role, role)
+    finally:
+        store.close()
+    return tokens
+
+
 def run_loop(out: Path, duration_s: float, push_at_s: float, requests: int, poll_s: float, gearbox: Path) -> dict:
     import httpx
 
     from gearbox.control.client import _ssl_context, wait_for
-    from gearbox.control.store import open_store
-    from gearbox.control.tokens import hash_token, new_token
 
     if out.exists():
         shutil.rmtree(out)
@@ -97,18 +117,7 @@ def run_loop(out: Path, duration_s: float, push_at_s: float, requests: int, poll
     port = _free_port()
     url = f"https://127.0.0.1:{port}"
     config = out / "control.toml"
-    config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{port}"\ncert = "{cert}"\nkey = "{key}"\nstore = "store"\n'
-        f"poll_interval_s = {poll_s}\nflush_interval_s = 0.5\n"
-    )
-    tokens: dict[str, str] = {}
-    store = open_store("store", out)
-    try:
-        for role in ("admin", "edge", "client"):
-            tokens[role] = new_token()
-            store.add_token(hash_token(tokens[role]), role, role)
-    finally:
-        store.close()
+    tokens = prepare_instance(out, f"127.0.0.1:{port}", cert, key, poll_s)
     env = {**os.environ, "GEARBOX_CONTROL_URL": url, "GEARBOX_CONTROL_CA": str(cert)}
     procs: list[subprocess.Popen] = []
 

@@ -73,8 +73,7 @@ def prepare(s: Any, run_dir: Path, cert: Path, key: Path) -> RunControl:
     """The run's control folder: `control.toml` (listening on every address of the server
     namespace), an empty embedded store with an admin, an edge and a client token, and
     `pushes.json`. A rerun starts from an empty store."""
-    from gearbox.control.store import open_store
-    from gearbox.control.tokens import hash_token, new_token
+    from gearbox.control.loop import prepare_instance
 
     d = run_dir / "control"
     if d.exists():
@@ -82,18 +81,7 @@ def prepare(s: Any, run_dir: Path, cert: Path, key: Path) -> RunControl:
     d.mkdir(parents=True)
     for spool in ("edge-spool", "client-spool", "edge-policies", "client-policies"):
         shutil.rmtree(run_dir / spool, ignore_errors=True)
-    (d / "control.toml").write_text(
-        f'[server]\nlisten = "0.0.0.0:{PORT}"\ncert = "{cert}"\nkey = "{key}"\nstore = "store"\n'
-        f"poll_interval_s = {s.control.poll_s}\nflush_interval_s = 0.5\n"
-    )
-    tokens: dict[str, str] = {}
-    store = open_store("store", d)
-    try:
-        for role in ("admin", "edge", "client"):
-            tokens[role] = new_token()
-            store.add_token(hash_token(tokens[role]), role, role)
-    finally:
-        store.close()
+    tokens = prepare_instance(d, f"0.0.0.0:{PORT}", cert, key, s.control.poll_s)
     pushes = [{"gear": p.gear, "dir": str(p.dir), "at_s": p.at_s} for p in s.control.pushes]
     (d / "pushes.json").write_text(json.dumps({"admin": tokens["admin"], "pushes": pushes}, indent=1))
     return RunControl(dir=d, cert=cert, tokens=tokens, poll_s=s.control.poll_s, pushes=pushes)
