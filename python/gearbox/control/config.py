@@ -79,15 +79,19 @@ def _num(where: str, value: object, positive: bool = True) -> float:
     return float(value)
 
 
-def load(path: Path) -> Config:
+def read_toml(path: Path) -> dict:
+    """A config file's TOML; a ConfigError naming the file when it cannot be read or parsed."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as e:
         raise ConfigError(f"{path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: {e}") from e
-    return parse(data, path)
+
+
+def load(path: Path) -> Config:
+    return parse(read_toml(path), Path(path))
 
 
 def parse(data: dict, path: Path | None) -> Config:

@@ -36,7 +36,6 @@ import logging
 import tempfile
 import threading
 import time
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gearbox.control import policy as pol
 from gearbox.control.app import Caller, bearer, create_app
-from gearbox.control.config import Config, ConfigError
+from gearbox.control.config import Config, ConfigError, read_toml
 from gearbox.control.config import parse as parse_control
 from gearbox.control.store import Store
 from gearbox.flexhttp.features import FeatureError
@@ -77,14 +76,7 @@ _AGENT_KEYS = {"probe_listen", "window_s", "k", "cap_per_client", "pool_days", "
 
 
 def load(path: Path) -> tuple[Config, AgentConfig]:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: {e.strerror}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: {e}") from e
-    return parse(data, path)
+    return parse(read_toml(path), Path(path))
 
 
 def parse(data: dict, path: Path | None) -> tuple[Config, AgentConfig]:
