@@ -196,7 +196,15 @@ def run_pair(
     def on_term(_signum, _frame):
         raise Interrupted()
 
+    def on_int(_signum, _frame):
+        raise KeyboardInterrupt
+
     previous = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+    # Python raises KeyboardInterrupt on SIGINT only when SIGINT was not ignored at its
+    # start, and a shell ignores it for the commands it starts in the background (`cmd &`
+    # without job control, as CI scripts and nohup do): Ctrl-C and `kill -INT` must stop
+    # the emulation there too.
+    previous_int = signal.signal(signal.SIGINT, on_int) if _main_thread() else None
     progress = folder / "progress"
     shown = 0
     with (folder / "emu.log").open("wb") as out:
@@ -217,6 +225,8 @@ def run_pair(
                 _stop(proc)
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+            if previous_int is not None:
+                signal.signal(signal.SIGINT, previous_int)
     if proc.returncode != 0:
         tail = (folder / "emu.log").read_text(errors="replace").strip().splitlines()[-3:]
         raise RuntimeError(f"gearbox emu for {pair.name} exited with {proc.returncode}: " + " | ".join(tail))
