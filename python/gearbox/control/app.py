@@ -230,6 +230,24 @@ def gear_of_decision(decision: str | None) -> str:
     return "baseline" if head in ("", "static") else head
 
 
+async def read_batch(request: Request, limit: int, noun: str = "records") -> tuple[str, list]:
+    """A batch upload's idempotency key and its `records` list, or the 400/413 that names
+    what is wrong (the telemetry route's and the FlexHTTP agent's trace route's shape)."""
+    key = request.headers.get("idempotency-key", "")
+    if not key or len(key) > 200:
+        raise HTTPException(400, "Idempotency-Key: header required, 1 to 200 characters")
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as e:
+        raise HTTPException(400, f"body: malformed JSON: {e}") from e
+    if not isinstance(body, dict) or not isinstance(body.get("records"), list):
+        raise HTTPException(400, 'records: the body must be {"records": [...]}')
+    records = body["records"]
+    if len(records) > limit:
+        raise HTTPException(413, f"records: {len(records)} {noun} exceed the batch limit of {limit}")
+    return key, records
+
+
 def bearer(svc: Service, *allowed: str) -> Any:
     """A route dependency: the caller of a known bearer token whose role is one of `allowed`; 401
     without a known token (logged), 403 with another role. Other services built on this one (the
@@ -285,19 +303,7 @@ def create_app(config: Config, store: Store) -> FastAPI:
 
     @app.post("/v1/telemetry", summary="Upload a batch of telemetry records (edge, client, agent, admin)")
     async def ingest(request: Request, caller: Caller = senders) -> JSONResponse:
-        key = request.headers.get("idempotency-key", "")
-        if not key or len(key) > 200:
-            raise HTTPException(400, "Idempotency-Key: header required, 1 to 200 characters")
-        raw = await request.body()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            raise HTTPException(400, f"body: malformed JSON: {e}") from e
-        if not isinstance(body, dict) or not isinstance(body.get("records"), list):
-            raise HTTPException(400, 'records: the body must be {"records": [...]}')
-        records = body["records"]
-        if len(records) > MAX_BATCH_RECORDS:
-            raise HTTPException(413, f"records: {len(records)} records exceed the batch limit of {MAX_BATCH_RECORDS}")
+        key, records = await read_batch(request, MAX_BATCH_RECORDS)
         rows, errors = [], []
         received = now_ms()
         for i, rec in enumerate(records):

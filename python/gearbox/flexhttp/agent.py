@@ -46,7 +46,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from gearbox.control import policy as pol
-from gearbox.control.app import Caller, bearer, create_app
+from gearbox.control.app import Caller, bearer, create_app, read_batch
 from gearbox.control.config import Config, ConfigError, read_toml
 from gearbox.control.config import parse as parse_control
 from gearbox.control.store import Store
@@ -216,18 +216,7 @@ def create_agent_app(config: Config, agent: AgentConfig, store: Store) -> FastAP
 
     @app.post("/v1/flexhttp/traces", summary="Upload trace entries {records: [...]} with an Idempotency-Key")
     async def traces(request: Request, caller: Caller = uploaders) -> JSONResponse:
-        key = request.headers.get("idempotency-key", "")
-        if not key or len(key) > 200:
-            raise HTTPException(400, "Idempotency-Key: header required, 1 to 200 characters")
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as e:
-            raise HTTPException(400, f"body: malformed JSON: {e}") from e
-        if not isinstance(body, dict) or not isinstance(body.get("records"), list):
-            raise HTTPException(400, 'records: the body must be {"records": [...]}')
-        records = body["records"]
-        if len(records) > MAX_RECORDS:
-            raise HTTPException(413, f"records: {len(records)} entries exceed the batch limit of {MAX_RECORDS}")
+        key, records = await read_batch(request, MAX_RECORDS, noun="entries")
         rows, errors = [], []
         for i, rec in enumerate(records):
             try:

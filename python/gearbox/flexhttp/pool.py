@@ -78,7 +78,7 @@ class TracePool:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        # The store's own transaction (its lock, its placeholder style): one table among its tables.
+        # The store's own transaction (its lock, its SQL parameter style): one table among its tables.
         with store._tx() as cur:
             for stmt in _SCHEMA:
                 cur.execute(stmt)
