@@ -126,7 +126,8 @@ def _commands(
     return server, client
 
 
-def _count_lines(path: Path) -> int:
+def count_lines(path: Path) -> int:
+    """Non-empty lines of a telemetry file (0 if it is absent)."""
     try:
         with path.open("rb") as f:
             return sum(1 for line in f if line.strip())
@@ -212,8 +213,8 @@ def run_one(
         code,
         started,
         message,
-        client_records=_count_lines(run.dir / "client.jsonl"),
-        edge_records=_count_lines(run.dir / "edge.jsonl"),
+        client_records=count_lines(run.dir / "client.jsonl"),
+        edge_records=count_lines(run.dir / "edge.jsonl"),
     )
 
 

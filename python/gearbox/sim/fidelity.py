@@ -25,6 +25,7 @@ from statistics import fmean, stdev
 from typing import Any
 
 from gearbox.lab import scenario as sc
+from gearbox.lab.collect import read_records
 from gearbox.lab.environment import LabError, find_gearbox
 
 BULK_BYTES = 3_000_000
@@ -109,10 +110,8 @@ def write_scenarios(folder: Path, reps: int, duration_s: float) -> list[Path]:
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "client.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The run's completed client requests (the lab's reader; failed ones left out)."""
+    rows = read_records(run_dir / "client.jsonl")
     return [r for r in rows if r.get("error") is None and r.get("rct_ms") is not None]
 
 

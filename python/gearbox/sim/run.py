@@ -28,7 +28,7 @@ from typing import Any
 from gearbox.lab import scenario as sc
 from gearbox.lab.environment import LabError, find_gearbox
 from gearbox.lab.planning import Run
-from gearbox.lab.runner import RunResult
+from gearbox.lab.runner import RunResult, count_lines
 
 # Edge flags the simulator's server takes (name in the sim config).
 SIM_EDGE_FLAGS = {"--cc": "cc", "--initial-window": "initial_window"}
@@ -126,8 +126,7 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path) -> Run
     if r.returncode != 0:
         status = "failed"
         message = f"gearbox sim exec exited with {r.returncode}: " + " | ".join(r.stderr.strip().splitlines()[-3:])
-    n = sum(1 for line in records.open() if line.strip()) if records.exists() else 0
-    return RunResult.of(run, status, r.returncode, started, message, client_records=n)
+    return RunResult.of(run, status, r.returncode, started, message, client_records=count_lines(records))
 
 
 def main(argv: list[str] | None = None) -> int:
