@@ -295,6 +295,7 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
                 .map(|a| format!("; metrics on http://{a}/metrics"))
                 .unwrap_or_default()
         );
+        eprintln!("gearbox edge: buffered memory bounded at {}", edge.memory_bound());
         edge.serve(gearbox_edge::shutdown_signal()).await;
         eprintln!("gearbox edge: stopped");
         Ok(())

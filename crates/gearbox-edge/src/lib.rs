@@ -33,13 +33,15 @@ pub mod tcpwise;
 
 mod admin;
 mod quic;
+mod quic_runtime;
 mod tcp;
 
 pub use config::{ConfigError, EdgeConfig};
-pub use limits::Limits;
+pub use limits::{Limits, MemoryBound};
 pub use live::{CcControl, LiveConnections, LiveSummary, SwitchError};
 pub use metrics::Metrics;
 pub use policy::{ConnectionGears, QuicChoice, StaticCca, StaticInitialWindow};
+pub use quic_runtime::QUIC_THREAD_NAME;
 
 /// How long in-flight requests get to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -230,6 +232,8 @@ pub struct Edge {
     shared: Arc<Shared>,
     tcp: tokio::net::TcpListener,
     quic: quinn::Endpoint,
+    /// The threads quinn's drivers run on (the QUIC socket's reads among them).
+    quic_runtime: quic_runtime::QuicRuntime,
     admin: Option<tokio::net::TcpListener>,
     /// The control plane's policy poller, with `[control].policies`.
     poller: Option<gearbox_dataplane::control::PolicyPoller>,
@@ -305,10 +309,23 @@ impl Edge {
                 field: "initial_window",
                 message: e.reason,
             })?;
-        let quic = gearbox_dataplane::transport::quic_endpoint(
+        // The endpoint's socket and drivers live on threads of their own, so that TCP
+        // work cannot keep the socket unread (crate::quic_runtime).
+        let quic_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let quic_runtime =
+            quic_runtime::QuicRuntime::start(quic_threads).map_err(|e| bind_error("QUIC runtime", quic_addr, &e))?;
+        let quic = gearbox_dataplane::transport::quic_udp_socket_sized(
             quic_addr,
-            Some(quic_server_config(&quic_crypto, default_factory, &config)),
+            gearbox_dataplane::transport::SERVER_UDP_BUFFER_BYTES,
         )
+        .and_then(|socket| {
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(quic_server_config(&quic_crypto, default_factory, &config)),
+                socket,
+                quic_runtime.quinn(),
+            )
+        })
         .map_err(|e| bind_error("QUIC/UDP", quic_addr, &e))?;
         let quic_port = quic.local_addr().map(|a| a.port()).unwrap_or(quic_addr.port());
         let alt_svc = config
@@ -341,6 +358,7 @@ impl Edge {
             shared,
             tcp,
             quic,
+            quic_runtime,
             admin,
             poller,
         })
@@ -367,6 +385,11 @@ impl Edge {
         self.poller.as_mut()
     }
 
+    /// The bound on the edge's buffered memory its `[limits]` imply (docs/edge.md "Memory").
+    pub fn memory_bound(&self) -> MemoryBound {
+        self.shared.config.limits.memory_bound()
+    }
+
     /// The edge's counters.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.shared.metrics.clone()
@@ -386,6 +409,7 @@ impl Edge {
             shared,
             tcp,
             quic,
+            quic_runtime,
             admin,
             poller,
         } = self;
@@ -429,6 +453,7 @@ impl Edge {
             t.abort();
         }
         shared.telemetry.finish().await;
+        drop(quic_runtime);
     }
 }
 

@@ -106,6 +106,53 @@ pub struct Limits {
     /// HTTP/2: the connection's flow-control window for request bodies (RFC 9113 §6.9.1):
     /// unread request bytes all the streams of a connection may hold together.
     pub h2_connection_window_bytes: u32,
+    /// HTTP/1.1: most bytes hyper buffers per connection in each direction (its
+    /// `max_buf_size`): response pieces queued for the socket, and request bytes read but
+    /// not yet taken by the route. At least 8,192 (hyper's floor) and `max_header_bytes`.
+    pub h1_buffer_bytes: u64,
+}
+
+/// What one response in progress holds besides the transport's buffers: the body piece
+/// waiting for the transport and, for a file, its read buffer (256 KiB each).
+pub const RESPONSE_BYTES: u64 = 2 * (256 << 10);
+
+/// What one connection holds besides its buffers: TLS or QUIC state, the HTTP/2 or
+/// HTTP/3 state of its streams, its task. `gearbox bench load` measures 28 KiB per idle
+/// TLS/TCP connection and 60 KiB per idle QUIC one; this allows twice the larger.
+pub const CONNECTION_STATE_BYTES: u64 = 128 << 10;
+
+/// The most the edge's buffers can hold at once, from the `[limits]` fields
+/// (docs/edge.md "Memory"): the largest a connection of any protocol can hold, times
+/// `max_connections`, plus the bodies held whole (`body_memory_bytes`). Printed at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBound {
+    /// One HTTP/1.1 connection: `h1_buffer_bytes` each way, one response in progress.
+    pub h1_connection: u64,
+    /// One HTTP/2 connection: per stream `h2_send_buffer_bytes` and a response in
+    /// progress, and `h2_connection_window_bytes` of unread request data.
+    pub h2_connection: u64,
+    /// One QUIC connection: `quic_send_window_bytes`, `quic_receive_window_bytes` and a
+    /// response in progress per stream.
+    pub h3_connection: u64,
+    /// `body_memory_bytes`.
+    pub bodies: u64,
+    /// `max_connections` times the largest of the three, plus `bodies`.
+    pub total: u64,
+}
+
+impl std::fmt::Display for MemoryBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kib = |b: u64| b.div_ceil(1024);
+        write!(
+            f,
+            "{} KiB in all (per connection at most: HTTP/1.1 {} KiB, HTTP/2 {} KiB, HTTP/3 {} KiB; bodies held whole {} KiB)",
+            kib(self.total),
+            kib(self.h1_connection),
+            kib(self.h2_connection),
+            kib(self.h3_connection),
+            kib(self.bodies)
+        )
+    }
 }
 
 impl Default for Limits {
@@ -134,15 +181,39 @@ impl Default for Limits {
             h2_send_buffer_bytes: 256 << 10,
             h2_stream_window_bytes: 2 << 20,
             h2_connection_window_bytes: 4 << 20,
+            h1_buffer_bytes: 256 << 10,
         }
     }
 }
 
 impl Limits {
+    /// The bound on the edge's buffered memory these limits imply (docs/edge.md "Memory").
+    pub fn memory_bound(&self) -> MemoryBound {
+        let streams = u64::from(self.max_streams_per_connection);
+        let h1_connection = 2 * self.h1_buffer_bytes + RESPONSE_BYTES + CONNECTION_STATE_BYTES;
+        let h2_connection = streams.saturating_mul(self.h2_send_buffer_bytes + RESPONSE_BYTES)
+            + u64::from(self.h2_connection_window_bytes)
+            + CONNECTION_STATE_BYTES;
+        let h3_connection = self.quic_send_window_bytes
+            + self.quic_receive_window_bytes
+            + streams.saturating_mul(RESPONSE_BYTES)
+            + CONNECTION_STATE_BYTES;
+        let per = h1_connection.max(h2_connection).max(h3_connection);
+        MemoryBound {
+            h1_connection,
+            h2_connection,
+            h3_connection,
+            bodies: self.body_memory_bytes,
+            total: u64::from(self.max_connections)
+                .saturating_mul(per)
+                .saturating_add(self.body_memory_bytes),
+        }
+    }
+
     /// Checks values that parse but cannot work; errors name the field as
     /// `limits.NAME`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 23] = [
+        let positive: [(&'static str, u64); 24] = [
             ("limits.max_header_bytes", self.max_header_bytes.into()),
             ("limits.max_headers", self.max_headers.into()),
             ("limits.max_body_bytes", self.max_body_bytes),
@@ -175,6 +246,7 @@ impl Limits {
                 "limits.h2_connection_window_bytes",
                 self.h2_connection_window_bytes.into(),
             ),
+            ("limits.h1_buffer_bytes", self.h1_buffer_bytes),
         ];
         for (field, v) in positive {
             if v == 0 {
@@ -252,6 +324,17 @@ impl Limits {
             return Err(ConfigError::Invalid {
                 field: "limits.h2_send_buffer_bytes",
                 message: format!("{} is over 2^32 - 1", self.h2_send_buffer_bytes),
+            });
+        }
+        // hyper panics below 8,192; a head must fit in the read buffer.
+        let h1_floor = 8192u64.max(self.max_header_bytes.into());
+        if self.h1_buffer_bytes < h1_floor || self.h1_buffer_bytes > u64::from(u32::MAX) {
+            return Err(ConfigError::Invalid {
+                field: "limits.h1_buffer_bytes",
+                message: format!(
+                    "{} is outside {h1_floor} (8,192 or limits.max_header_bytes, the larger) to 2^32 - 1",
+                    self.h1_buffer_bytes
+                ),
             });
         }
         // quinn's idle timeout and PING interval are 62-bit; hyper's timers are Durations.
@@ -673,9 +756,104 @@ mod tests {
                 },
                 "limits.h2_send_buffer_bytes",
             ),
+            (
+                Limits {
+                    h1_buffer_bytes: 4096,
+                    ..d()
+                },
+                "limits.h1_buffer_bytes",
+            ),
+            (
+                Limits {
+                    h1_buffer_bytes: 16 << 10,
+                    max_header_bytes: 32 << 10,
+                    ..d()
+                },
+                "limits.h1_buffer_bytes",
+            ),
         ] {
             assert_eq!(refused_field(l), want);
         }
+    }
+
+    #[test]
+    fn the_memory_bound_grows_with_every_buffer_and_the_connection_cap() {
+        let d = Limits::default();
+        let base = d.memory_bound();
+        assert_eq!(
+            base.total,
+            u64::from(d.max_connections) * base.h1_connection.max(base.h2_connection).max(base.h3_connection)
+                + d.body_memory_bytes
+        );
+        let grown = |l: Limits| l.memory_bound();
+        assert!(
+            grown(Limits {
+                h1_buffer_bytes: d.h1_buffer_bytes * 2,
+                ..d.clone()
+            })
+            .h1_connection
+                > base.h1_connection
+        );
+        assert!(
+            grown(Limits {
+                h2_send_buffer_bytes: d.h2_send_buffer_bytes * 2,
+                ..d.clone()
+            })
+            .h2_connection
+                > base.h2_connection
+        );
+        assert!(
+            grown(Limits {
+                h2_connection_window_bytes: d.h2_connection_window_bytes * 2,
+                ..d.clone()
+            })
+            .h2_connection
+                > base.h2_connection
+        );
+        assert!(
+            grown(Limits {
+                quic_send_window_bytes: d.quic_send_window_bytes * 2,
+                ..d.clone()
+            })
+            .h3_connection
+                > base.h3_connection
+        );
+        assert!(
+            grown(Limits {
+                quic_receive_window_bytes: d.quic_receive_window_bytes * 2,
+                ..d.clone()
+            })
+            .h3_connection
+                > base.h3_connection
+        );
+        assert!(
+            grown(Limits {
+                max_streams_per_connection: 256,
+                ..d.clone()
+            })
+            .h2_connection
+                > base.h2_connection
+        );
+        assert!(
+            grown(Limits {
+                max_connections: 20_000,
+                ..d.clone()
+            })
+            .total
+                > base.total
+        );
+        assert!(
+            grown(Limits {
+                body_memory_bytes: 128 << 20,
+                ..d.clone()
+            })
+            .total
+                > base.total
+        );
+        // Printed in KiB, total first (the process test reads it back).
+        assert!(base
+            .to_string()
+            .starts_with(&format!("{} KiB in all", base.total.div_ceil(1024))));
     }
 
     #[tokio::test]

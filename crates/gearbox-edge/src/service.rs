@@ -732,6 +732,10 @@ impl Proxy {
         connector.set_nodelay(true);
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .http09_responses(false)
+            // A request body the upstream does not take waits here, then in the
+            // client's flow-control window: one file piece's worth, within the
+            // response allowance of docs/edge.md "Memory".
+            .http1_max_buf_size(FILE_CHUNK)
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .build(connector);
         Some(Proxy {

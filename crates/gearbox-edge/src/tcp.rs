@@ -210,6 +210,8 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new())
                 .keep_alive(true)
+                // Validated at start: 8,192 to 2^32 - 1.
+                .max_buf_size(usize::try_from(limits.h1_buffer_bytes).unwrap_or(usize::MAX))
                 .max_headers(limits.max_headers as usize)
                 .max_header_size(limits.max_header_bytes as usize)
                 .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
