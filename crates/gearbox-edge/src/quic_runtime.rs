@@ -5,7 +5,7 @@
 //! buffer filled and the kernel dropped the idle QUIC connections' datagrams (70,194 in
 //! one run). Here they run on threads of their own, which the TCP side cannot occupy:
 //! the kernel's scheduler, not tokio's queue, shares the cores between them. HTTP/3
-//! requests are still served on the main runtime (docs/edge.md "Threads").
+//! requests are still served on the main runtime (docs/edge.md "Memory", "Threads").
 
 use std::fmt;
 use std::future::Future;
