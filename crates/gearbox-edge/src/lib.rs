@@ -29,6 +29,7 @@ pub mod live;
 pub mod metrics;
 pub mod policy;
 pub mod service;
+pub mod iw_route;
 pub mod tcpwise;
 
 mod admin;
@@ -427,6 +428,10 @@ impl Edge {
         }
         if let Some(t) = poll_task {
             t.abort();
+        }
+        if let Some(t) = &shared.tcp_iw {
+            // Routes the route fallback changed go back as they were found.
+            t.restore_routes();
         }
         shared.telemetry.finish().await;
     }
