@@ -125,7 +125,10 @@ impl IwProgram {
         if let Some(e) = entries.iter().find(|e| e.iw.is_empty() || e.iw.len() > MAX_SET) {
             return Err(BpfError::Environment {
                 what: "filling the TCP WISE maps",
-                message: format!("an entry's set has {} IWs; 1 to {MAX_SET} fit the kernel's map", e.iw.len()),
+                message: format!(
+                    "an entry's set has {} IWs; 1 to {MAX_SET} fit the kernel's map",
+                    e.iw.len()
+                ),
             });
         }
         let v4 = self.map("prefixes_v4")?;
@@ -347,7 +350,10 @@ mod tests {
         raw.extend_from_slice(&0i32.to_ne_bytes());
         let d = decode_draw(&raw).unwrap();
         assert_eq!(d.prefix, e.prefix);
-        assert_eq!((d.iw_set.as_slice(), d.iw, d.applied), (&[10, 15, 20, 25, 30][..], 20, true));
+        assert_eq!(
+            (d.iw_set.as_slice(), d.iw, d.applied),
+            (&[10, 15, 20, 25, 30][..], 20, true)
+        );
         assert_eq!(u32::from_ne_bytes(raw[32..36].try_into().unwrap()), 5, "count");
         assert_eq!(u32::from_ne_bytes(raw[36..40].try_into().unwrap()), 250_000);
     }

@@ -99,8 +99,9 @@ fn uniform(mut x: u64) -> f64 {
 
 fn prefix_hash(p: &Prefix) -> u64 {
     let s = p.to_string();
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 impl RouteIw {
@@ -267,7 +268,8 @@ mod tests {
 
     #[test]
     fn route_lines_keep_their_key_values_and_drop_flags_and_the_old_window() {
-        let line = "10.1.2.0/24 via 10.0.0.2 dev eth0 proto static scope link src 10.0.0.1 metric 5 initcwnd 20 linkdown";
+        let line =
+            "10.1.2.0/24 via 10.0.0.2 dev eth0 proto static scope link src 10.0.0.1 metric 5 initcwnd 20 linkdown";
         assert_eq!(
             route_args(line).join(" "),
             "via 10.0.0.2 dev eth0 proto static scope link src 10.0.0.1 metric 5"

@@ -24,12 +24,12 @@ pub mod config;
 pub mod control;
 pub mod floo;
 pub mod h3_ack;
+pub mod iw_route;
 pub mod limits;
 pub mod live;
 pub mod metrics;
 pub mod policy;
 pub mod service;
-pub mod iw_route;
 pub mod tcpwise;
 
 mod admin;

@@ -54,11 +54,7 @@ impl TcpWise {
     /// Loads the table (an error names the file, line and field) and attaches the
     /// kernel program to the edge's TCP `listener` (a failure is logged: TCP keeps the
     /// kernel's default window).
-    pub fn start(
-        path: PathBuf,
-        listener: &tokio::net::TcpListener,
-        routes: bool,
-    ) -> Result<Arc<TcpWise>, TableError> {
+    pub fn start(path: PathBuf, listener: &tokio::net::TcpListener, routes: bool) -> Result<Arc<TcpWise>, TableError> {
         let table = CwndTable::load(&path)?;
         Ok(Self::start_with(path, table, listener, routes))
     }

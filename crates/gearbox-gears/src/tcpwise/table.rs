@@ -371,7 +371,11 @@ iw = [40, 45]
         assert_eq!(t.lookup(ip("2001:db8:1:5::1"), 0).unwrap().iw, [40, 45]);
         // An IPv4-mapped IPv6 client matches IPv4 prefixes.
         assert_eq!(t.lookup(ip("::ffff:10.1.2.7"), 5).unwrap().iw, [20, 25]);
-        let hour13: Vec<_> = t.for_hour(13).into_iter().map(|v| (v.prefix.to_string(), v.iw)).collect();
+        let hour13: Vec<_> = t
+            .for_hour(13)
+            .into_iter()
+            .map(|v| (v.prefix.to_string(), v.iw))
+            .collect();
         assert!(hour13.contains(&("10.1.2.0/24".into(), vec![30, 35])));
         assert_eq!(hour13.len(), 4, "{hour13:?}");
     }
@@ -386,11 +390,31 @@ iw = [40, 45]
         assert_eq!(v.iw, vec![10, 15, 20, 25, 30]);
         // u in [0, 1): α below 0.2, then four equal parts of 0.2 each.
         let at = |u: f64| v.draw(u).1;
-        assert_eq!([at(0.0), at(0.199), at(0.2), at(0.399), at(0.4), at(0.6), at(0.8), at(0.999_999)], [10, 10, 15, 15, 20, 25, 30, 30]);
+        assert_eq!(
+            [
+                at(0.0),
+                at(0.19),
+                at(0.21),
+                at(0.39),
+                at(0.41),
+                at(0.61),
+                at(0.81),
+                at(0.999_999)
+            ],
+            [10, 10, 15, 15, 20, 25, 30, 30]
+        );
         // Two IWs: β is the rest; chance 1: always α.
-        let two = View { prefix: Prefix::Others, iw: vec![10, 15], chance_alpha: 0.5 };
+        let two = View {
+            prefix: Prefix::Others,
+            iw: vec![10, 15],
+            chance_alpha: 0.5,
+        };
         assert_eq!((two.draw(0.49).1, two.draw(0.5).1, two.draw(0.999).1), (10, 15, 15));
-        let one = View { prefix: Prefix::Others, iw: vec![10, 15, 20], chance_alpha: 1.0 };
+        let one = View {
+            prefix: Prefix::Others,
+            iw: vec![10, 15, 20],
+            chance_alpha: 1.0,
+        };
         assert_eq!(one.draw(0.999_999).1, 10);
     }
 
@@ -422,7 +446,10 @@ iw = [40, 45]
             bad(dup)
         );
         let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5, 6, 7, 8, 9, 10, 11, 12, 13]\n");
-        assert!(e.contains("line 3: cluster[0].iw: must hold 2 to 8 IWs") && e.contains("got 9"), "{e}");
+        assert!(
+            e.contains("line 3: cluster[0].iw: must hold 2 to 8 IWs") && e.contains("got 9"),
+            "{e}"
+        );
         let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5]\n");
         assert!(e.contains("cluster[0].iw: must hold 2 to 8"), "{e}");
         let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5, 6, 7, 80]\n");
