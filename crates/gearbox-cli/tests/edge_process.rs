@@ -28,9 +28,12 @@ const BOUND: Duration = Duration::from_secs(60);
 const STREAMS: usize = 4;
 /// The file every stalled request asks for: far more than any buffer holds.
 const FILE_BYTES: usize = 32 << 20;
-/// The allocator's and the runtime's own growth under the load, independent of the
-/// count of connections.
-const FIXED_SLACK: u64 = 8 << 20;
+/// The allocator's and the runtimes' own growth under the load, independent of the
+/// count of connections: glibc keeps freed memory in an arena per thread, and the edge's
+/// main runtime, its QUIC runtime and its file-reading threads each allocate (growth
+/// of 35 to 47 MiB against a printed bound of 44 MiB in five runs of the HTTP/2 + HTTP/3
+/// test).
+const FIXED_SLACK: u64 = 16 << 20;
 
 /// A `gearbox edge` child process, killed when dropped.
 struct EdgeProcess {
