@@ -114,16 +114,35 @@ impl Client {
     ) -> Result<Exchanged, Failure> {
         let cfg = &self.inner.cfg;
         let slot = self.inner.pools.h2.slot(key);
-        let mut guard = slot.lock().await;
+        let guard = slot.lock().await;
         if guard.h1_only {
             drop(guard);
             return self.send_h1(key, dial, url, req, None, p).await;
         }
-        let (conn, new) = match &guard.h2 {
-            Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
-            _ => {
+        let pooled = match &guard.h2 {
+            Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => Some(c.clone()),
+            _ => None,
+        };
+        let (conn, new) = match pooled {
+            Some(c) => (c, false),
+            None => {
+                // Requests that share the origin's connection dial under its slot and
+                // take the one connection made; a request that asks for a connection of
+                // its own (a `per_request` workload, TCP WISE's one window per connection)
+                // dials without it, so such requests open theirs side by side instead of
+                // one handshake after another.
+                let held = if req.force_new_connection {
+                    drop(guard);
+                    None
+                } else {
+                    Some(guard)
+                };
                 let io = open_tcp_tls(dial, &self.inner.tls_tcp).await?;
                 let id = self.next_id();
+                let mut guard = match held {
+                    Some(g) => g,
+                    None => slot.lock().await,
+                };
                 if !io.is_h2() {
                     // The server picked http/1.1: remember it, and serve this request on
                     // the connection just made, which then joins the origin's h1 pool.
@@ -137,7 +156,6 @@ impl Client {
                 (c, true)
             }
         };
-        drop(guard);
         p.attach(&conn.info, new, SnapshotSource::Tcp(conn.fd.clone()), Protocol::H2);
         conn.touch();
         let mut sender = conn.sender.clone();

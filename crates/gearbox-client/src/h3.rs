@@ -269,45 +269,22 @@ impl Client {
     ) -> Result<(Arc<H3Conn>, bool), ClientError> {
         let cfg = &self.inner.cfg;
         let slot = self.inner.pools.h3.slot(key);
+        if force_new {
+            // A connection of its own: dialed without the origin's slot, so requests that
+            // each want one open theirs side by side, not one handshake after another.
+            let c = Arc::new(self.dial_h3(key, dial).await?);
+            slot.lock().await.conn = Some(c.clone());
+            return Ok((c, true));
+        }
         let waiting_since = Instant::now();
         let mut guard = slot.lock().await;
         let (conn, new) = match &guard.conn {
-            Some(c) if !force_new && c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
+            Some(c) if c.reusable(cfg.idle_timeout, Instant::now()) => (c.clone(), false),
             _ => {
                 if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
                     return Err(why.same_again());
                 }
-                let endpoint = self
-                    .inner
-                    .pools
-                    .h3
-                    .endpoint(dial.local, dial.target.addr.is_ipv6())
-                    .map_err(|e| ClientError::Quic {
-                        addr: dial.target.addr.to_string(),
-                        reason: format!("cannot open a UDP socket: {e}"),
-                    })?;
-                let cc = cfg.quic_cc.name();
-                let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
-                let bounded = Dial {
-                    target: dial.target,
-                    local: dial.local,
-                    tcp_cc: dial.tcp_cc,
-                    mptcp: dial.mptcp,
-                    connect_timeout: dial
-                        .connect_timeout
-                        .min(silence::handshake_grace(known_rtt).max(cfg.quic_silence_floor)),
-                };
-                let opened = open_h3(
-                    &bounded,
-                    &endpoint,
-                    self.inner.quic.clone(),
-                    cc,
-                    self.next_id(),
-                    cfg.idle_timeout,
-                    cfg.quic_silence_floor,
-                )
-                .await;
-                let c = match opened {
+                let c = match self.dial_h3(key, dial).await {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
                         guard.failed = Some((Instant::now(), e.same_again()));
@@ -321,6 +298,42 @@ impl Client {
         };
         drop(guard);
         Ok((conn, new))
+    }
+
+    /// Opens an HTTP/3 connection to `key`'s origin from `dial.local`, its handshake
+    /// bounded by what the client knows of the path's RTT.
+    async fn dial_h3(&self, key: &Key, dial: &Dial<'_>) -> Result<H3Conn, ClientError> {
+        let cfg = &self.inner.cfg;
+        let endpoint = self
+            .inner
+            .pools
+            .h3
+            .endpoint(dial.local, dial.target.addr.is_ipv6())
+            .map_err(|e| ClientError::Quic {
+                addr: dial.target.addr.to_string(),
+                reason: format!("cannot open a UDP socket: {e}"),
+            })?;
+        let cc = cfg.quic_cc.name();
+        let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
+        let bounded = Dial {
+            target: dial.target,
+            local: dial.local,
+            tcp_cc: dial.tcp_cc,
+            mptcp: dial.mptcp,
+            connect_timeout: dial
+                .connect_timeout
+                .min(silence::handshake_grace(known_rtt).max(cfg.quic_silence_floor)),
+        };
+        open_h3(
+            &bounded,
+            &endpoint,
+            self.inner.quic.clone(),
+            cc,
+            self.next_id(),
+            cfg.idle_timeout,
+            cfg.quic_silence_floor,
+        )
+        .await
     }
 
     /// One request and its response on an HTTP/3 connection; on failure, the error and

@@ -111,3 +111,80 @@ async fn an_mptcp_client_and_edge_agree_on_multipath_tcp_and_serve_http2() {
     let _ = stop.send(());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
 }
+
+/// Requests that each ask for a connection of their own (a `per_request` workload, TCP
+/// WISE's one window per connection) open them side by side: no handshake waits for
+/// another's. A relay in front of the edge holds back the edge's first bytes on every
+/// connection for 300 ms, so no TLS handshake can finish before then; every one of the
+/// four connections must have reached the relay before the first byte came back (when
+/// dials waited for each other, the second came only after the first handshake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_want_their_own_connections_dial_them_side_by_side() {
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let site = Site::new();
+    let edge = site.default_edge().await;
+    let tcp = edge.tcp_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    // What the relay saw, in order: "accept" per connection, "reply" at the first byte
+    // it passes back.
+    let events = Arc::new(Mutex::new(Vec::<&'static str>::new()));
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let seen = events.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client_side, _)) = relay.accept().await {
+            seen.lock().unwrap().push("accept");
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut edge_side = tokio::net::TcpStream::connect(tcp).await.unwrap();
+                let (mut cr, mut cw) = client_side.split();
+                let (mut er, mut ew) = edge_side.split();
+                let up = tokio::io::copy(&mut cr, &mut ew);
+                let down = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut first = true;
+                    loop {
+                        let n = er.read(&mut buf).await?;
+                        if n == 0 {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        if first {
+                            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                            seen.lock().unwrap().push("reply");
+                            first = false;
+                        }
+                        cw.write_all(&buf[..n]).await?;
+                    }
+                };
+                let _ = tokio::join!(up, down);
+            });
+        }
+    });
+    let client = site.client();
+    let url = format!("https://127.0.0.1:{}/bytes/1000", relay_addr.port());
+    bounded(async {
+        let requests = (0..4).map(|_| {
+            let mut r = Request::get(&url, TransportPref::Tcp);
+            r.force_new_connection = true;
+            client.request(r)
+        });
+        for r in futures::future::join_all(requests).await {
+            let r = r.expect("a request on its own connection");
+            assert_eq!((r.status, r.record.new_connection), (200, true));
+        }
+    })
+    .await;
+    let events = events.lock().unwrap().clone();
+    let first_reply = events.iter().position(|e| *e == "reply").unwrap();
+    assert_eq!(
+        events[..first_reply].iter().filter(|e| **e == "accept").count(),
+        4,
+        "every connection should be dialed before any handshake ends: {events:?}"
+    );
+    let _ = stop.send(());
+    let _ = server.await;
+}
