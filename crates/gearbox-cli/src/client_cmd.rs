@@ -424,7 +424,12 @@ fn run_get_page(a: GetArgs) -> anyhow::Result<()> {
         // The selector's state is kept for `auto`, and for fixed versions too when there is an
         // agent or a state folder: those loads are local entries like any other.
         let mut flex = if a.http_version == "auto" || a.agent.agent.is_some() || a.agent.flexhttp_state.is_some() {
-            let f = FlexClient::open(&a.agent, &a.flexhttp_model, a.agent_network.as_deref(), 1).await?;
+            // One load per process: its random choice on a miss is seeded by the clock, so that
+            // successive runs do not all draw the same version.
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            let f = FlexClient::open(&a.agent, &a.flexhttp_model, a.agent_network.as_deref(), seed).await?;
             for n in &f.notes {
                 eprintln!("gearbox get: flexhttp: {n}");
             }

@@ -209,6 +209,11 @@ impl FlexClient {
                     }
                 }),
             );
+            // The last good copy first, so that the poll only fetches a newer version.
+            let (_, failed) = poller.load_from_disk();
+            for f in failed {
+                notes.push(format!("the forest on disk cannot be used: {f}"));
+            }
             match poller.poll_once().await {
                 Ok(o) => {
                     for (_, v) in &o.swapped {
