@@ -140,14 +140,15 @@ def test_the_whole_loop_runs_on_two_emulated_paths(gearbox_bin: Path, tmp_path: 
     log = {p: (tmp_path / "demo" / p / "client.log").read_text() for p in demo.PATHS}
     for p, d in r["paths"].items():
         assert [w["http_version"] for w in d["warmup"]] == ["h2", "h3"], (p, log[p])
-        assert all(w["protocol"] == w["http_version"] and w["page_load_ms"] > 0 for w in d["warmup"]), d["warmup"]
+        assert all(w.get("protocol") == w["http_version"] and w["page_load_ms"] > 0 for w in d["warmup"]), log[p]
         assert len(d["auto"]) == 2, (p, log[p])
         first, second = d["auto"]
         assert first["reason"].startswith("flexhttp: cache miss, random"), first["reason"]
         if second["reason"].startswith("flexhttp: cache hit"):  # not across an hour boundary
             assert second["url"] == first["url"]
-        # Each load is a local entry: two warm-up and two chosen loads.
-        assert d["local_pool_entries"] == 4
+        # Each completed load is a local entry (a failed one has no load time to keep).
+        done = [x for x in d["warmup"] + d["auto"] if "page_load_ms" in x]
+        assert len(done) >= 3 and d["local_pool_entries"] == len(done), (p, log[p])
         # The client measured its own path against the agent: RTT within 20% of the emulated one.
         rtt = [float(m) for m in re.findall(r"measured against the agent: rtt (\d+) ms", log[p])]
         assert rtt and all(abs(x - demo.PATHS[p].rtt_ms) <= 0.2 * demo.PATHS[p].rtt_ms for x in rtt), (p, rtt)
