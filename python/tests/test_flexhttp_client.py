@@ -165,3 +165,29 @@ def test_the_whole_loop_runs_on_two_emulated_paths(gearbox_bin: Path, tmp_path: 
         assert "nothing to classify yet" in t["error"], t
         for d in r["paths"].values():
             assert all("no usable model" in a["reason"] or "cache hit" in a["reason"] for a in d["auto"])
+
+
+def test_load_with_an_agent_keeps_and_uploads_every_page_load(gearbox_bin: Path, edge, agent, tmp_path: Path) -> None:  # noqa: ANN001
+    """`gearbox load --workload page --http-version auto --agent ...`: before the agent has a forest the
+    misses stay random (and say so); every completed page load becomes a local entry and reaches the
+    agent's pool."""
+    state = tmp_path / "state"
+    tele = tmp_path / "client.jsonl"
+    r = subprocess.run(
+        [str(gearbox_bin), "load", "--workload", "page", "--requests", "40", "--time-scale", "0.01"]
+        + ["--target", edge.origin, "--ca", str(edge.cert), "--telemetry", str(tele), "--http-version", "auto"]
+        + ["--agent", agent.url, "--agent-token", agent.tokens["client"], "--agent-ca", str(agent.cert)]
+        + ["--flexhttp-state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "no forest from the agent yet" in r.stderr and "measured against the agent" in r.stderr, r.stderr
+    records = [json.loads(line) for line in tele.read_text().splitlines()]
+    loads = {rec["click"] for rec in records}
+    assert all("no usable model" in rec["decision"] for rec in records), records[0]["decision"]
+    pool = (state / "local-pool.jsonl").read_text().splitlines()
+    assert len(loads) >= 2 and len(pool) == len(loads), (len(loads), len(pool))
+    assert f"uploaded {len(pool)} trace entries" in r.stderr, r.stderr
+    assert _pool_size(agent) == len(pool)
