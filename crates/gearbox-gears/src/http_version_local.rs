@@ -588,4 +588,26 @@ mod tests {
         assert!(f.predict(&high) > 0.7, "{}", f.predict(&high));
         assert!((f.weight - 40.0 / 60.0).abs() < 1e-12);
     }
+
+    #[test]
+    fn the_nearest_centre_is_the_one_the_agents_python_labelling_picks() {
+        // Rows and labels written by scripts/flexhttp-test-forest.py (`Labelling.nearest`) from the
+        // test forest's clusters.json.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/flexhttp");
+        let clusters = Clusters::load(&dir.join("clusters.json")).unwrap();
+        let want: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("nearest.json")).unwrap()).unwrap();
+        let rows = want["rows"].as_array().unwrap();
+        let labels = want["labels"].as_array().unwrap();
+        assert_eq!(rows.len(), 64);
+        let mut both = std::collections::HashSet::new();
+        for (row, label) in rows.iter().zip(labels) {
+            let v: Vec<f64> = row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            let x: [f64; N_FEATURES] = v.try_into().unwrap();
+            let got = clusters.nearest_label(&x).map(HttpVersion::name);
+            assert_eq!(got, label.as_str(), "{x:?}");
+            both.insert(got);
+        }
+        assert_eq!(both.len(), 2, "the rows reach centres of both labels");
+    }
 }
