@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use gearbox_cc::{QuicCc, SwitchMode, TcpCc};
+use gearbox_cc::{QuicCc, SwitchMode, TcpCcSetting};
 use gearbox_edge::floo::PeriodGear;
 use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use gearbox_gear_api::CcaPeriodGear;
@@ -37,9 +37,9 @@ pub struct EdgeArgs {
     /// QUIC initial congestion window, in packets of 1200 bytes [default: RFC 9002's].
     #[arg(long)]
     pub initial_window: Option<u32>,
-    /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
-    #[arg(long)]
-    pub tcp_cc: Option<TcpCc>,
+    /// Kernel TCP congestion control per socket: reno, cubic, bbr, westwood (gearbox's BPF Westwood+, registered at start; needs root) or system (the host's default) [default: cubic, as QUIC's].
+    #[arg(long, value_name = "CC")]
+    pub tcp_cc: Option<TcpCcSetting>,
     /// TCP_NOTSENT_LOWAT of accepted TCP connections, bytes; 0 = the system's (unlimited) [default: 16384].
     #[arg(long, value_name = "BYTES")]
     pub tcp_notsent_lowat: Option<u32>,
@@ -48,6 +48,11 @@ pub struct EdgeArgs {
     /// file changes.
     #[arg(long, value_name = "FILE")]
     pub cwnd_table: Option<PathBuf>,
+    /// With --cwnd-table: apply the table to TCP with per-prefix routes (`ip route replace
+    /// PREFIX ... initcwnd N`, one IW per entry per learning interval) instead of the BPF
+    /// program; the edge falls back to them by itself when BPF is unavailable. Needs root.
+    #[arg(long)]
+    pub cwnd_routes: bool,
     /// Gear that re-chooses each QUIC connection's congestion controller every selection
     /// period (docs/floo.md): `floo` (the trained policy in --model-dir), `random`, or a
     /// controller name (a static baseline that switches every connection to it)
@@ -113,14 +118,17 @@ impl EdgeArgs {
         if self.initial_window.is_some() {
             c.initial_window = self.initial_window;
         }
-        if self.tcp_cc.is_some() {
-            c.tcp_cc = self.tcp_cc;
+        if let Some(setting) = self.tcp_cc {
+            c.tcp_cc = setting.0;
         }
         if self.tcp_notsent_lowat.is_some() {
             c.tcp_notsent_lowat_bytes = self.tcp_notsent_lowat;
         }
         if self.cwnd_table.is_some() {
             c.cwnd_table = self.cwnd_table.clone();
+        }
+        if self.cwnd_routes {
+            c.cwnd_routes = true;
         }
         if self.static_dir.is_some() {
             c.static_dir = self.static_dir.clone();
