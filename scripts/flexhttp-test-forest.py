@@ -1,7 +1,9 @@
 """Writes crates/gearbox-gears/tests/data/flexhttp/: a global classifier exported the agent's way
 (k-means labels, a depth-4 forest of 20 trees, forest.export) from a synthetic pool where H3 wins on
 long lossy paths, and `cases.json`: rows with scikit-learn's P(h3) for each, which the Rust gear must
-reproduce (crates/gearbox-gears/src/http_version.rs tests).
+reproduce (crates/gearbox-gears/src/http_version.rs tests), and `nearest.json`: the label of the
+nearest labelled centre of each row by `Labelling.nearest`, which the client's Rust labelling must
+reproduce (crates/gearbox-gears/src/http_version_local.rs tests).
 
     .venv/bin/python scripts/flexhttp-test-forest.py
 """
@@ -15,7 +17,7 @@ import numpy as np
 
 from gearbox.flexhttp.features import FEATURES
 from gearbox.flexhttp.forest import export, fit_forest
-from gearbox.flexhttp.labels import label
+from gearbox.flexhttp.labels import Labelling, label
 
 OUT = Path(__file__).resolve().parents[1] / "crates/gearbox-gears/tests/data/flexhttp"
 
@@ -54,7 +56,20 @@ def main() -> None:
         "p_h3": model.predict_proba(probe)[:, 1].tolist(),
     }
     (OUT / "cases.json").write_text(json.dumps(cases) + "\n")
+    nearest()
+
+
+def nearest() -> None:
+    """`nearest.json` from the written `clusters.json` and `cases.json` (runs alone too: `--nearest`)."""
+    c = json.loads((OUT / "clusters.json").read_text())
+    rows = np.array(json.loads((OUT / "cases.json").read_text())["rows"])
+    lab = Labelling(
+        c["k"], np.array(c["mean"]), np.array(c["std"]), np.array(c["centres"]), c["labels"], [], np.array([])
+    )
+    (OUT / "nearest.json").write_text(json.dumps({"rows": rows.tolist(), "labels": lab.nearest(rows)}) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    nearest() if sys.argv[1:] == ["--nearest"] else main()

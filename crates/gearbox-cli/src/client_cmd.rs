@@ -30,6 +30,7 @@ use gearbox_gears::transport::{
 use gearbox_workload::{Limit, Pattern, WorkloadSpec};
 
 use crate::control_args::ControlArgs;
+use crate::flexhttp_client::{transport_of, AgentArgs, FlexClient};
 
 /// Where `get` looks for the system's CA bundle when neither `--ca` nor `--insecure` is given.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -163,6 +164,11 @@ pub struct ConnArgs {
     /// Bound on each request, connection setup included, seconds.
     #[arg(long, value_name = "S", default_value_t = 60.0)]
     pub timeout_s: f64,
+    /// No QUIC handshake is given up and no QUIC connection declared silent sooner than
+    /// this, seconds (default: the client's 1 s, and 2 s for a first handshake to an origin
+    /// of unknown RTT). A first handshake over a 300 ms path with 3% loss can need more.
+    #[arg(long, value_name = "S")]
+    pub quic_silence_floor_s: Option<f64>,
 }
 
 impl ConnArgs {
@@ -189,6 +195,10 @@ impl ConnArgs {
             mptcp: self.mptcp,
             connect_timeout: seconds("--connect-timeout-s", self.connect_timeout_s)?,
             request_timeout: seconds("--timeout-s", self.timeout_s)?,
+            quic_silence_floor: match self.quic_silence_floor_s {
+                Some(s) => seconds("--quic-silence-floor-s", s)?,
+                None => ClientConfig::default().quic_silence_floor,
+            },
             telemetry,
             ..ClientConfig::default()
         })
@@ -296,6 +306,26 @@ pub struct GetArgs {
     /// Send a request body of this many bytes.
     #[arg(long, value_name = "N")]
     pub body_bytes: Option<usize>,
+    /// Load the URL as a web page with the page loader (every object in dependency order on
+    /// one connection, RFC 9218 priorities) over the version --http-version picks; prints one
+    /// JSON record of the load, and the choice and its reason on stderr.
+    #[arg(long)]
+    pub page: bool,
+    /// The page's dependency graph (a `page.json` of `gearbox pages gen`) [default: fetched
+    /// from the edge, ORIGIN/SITE.page.json for a URL ORIGIN/SITE/...].
+    #[arg(long, value_name = "FILE", requires = "page")]
+    pub page_graph: Option<PathBuf>,
+    /// HTTP version of the page load: h2, h3, or auto (FlexHTTP's selector; docs/flexhttp.md).
+    #[arg(long, value_name = "VERSION", value_parser = ["h2", "h3", "auto"], default_value = "auto", requires = "page")]
+    pub http_version: String,
+    /// The global forest for `--http-version auto` without --agent.
+    #[arg(long, value_name = "FILE", default_value = "models/flexhttp/forest.json")]
+    pub flexhttp_model: PathBuf,
+    /// The network features for `--http-version auto` without --agent (`gearbox agent measure`'s JSON).
+    #[arg(long, value_name = "FILE")]
+    pub agent_network: Option<PathBuf>,
+    #[command(flatten)]
+    pub agent: AgentArgs,
     #[command(flatten)]
     pub control: ControlArgs,
 }
@@ -303,6 +333,9 @@ pub struct GetArgs {
 /// `gearbox get`: one request; the record goes to stdout (also on failure, with `error`
 /// set), the body to `-o`, and a failure to stderr with a nonzero exit.
 pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
+    if a.page {
+        return run_get_page(a);
+    }
     let method = http_method(&a.method)?;
     let control = client_control(&a.control)?;
     let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
@@ -337,6 +370,133 @@ pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
             }
             Err(e) => Err(anyhow!("gearbox get: {e}{}", hint(&e, &a.conn))),
         }
+    })
+}
+
+/// `gearbox get --page URL`: one page load by the page loader, its version chosen by
+/// `--http-version` (FlexHTTP's selector for `auto`); one JSON line on stdout, the choice, its
+/// reason and the load time on stderr.
+fn run_get_page(a: GetArgs) -> anyhow::Result<()> {
+    use gearbox_client::PageLoadOptions;
+    use gearbox_gears::http_version::HttpVersion;
+
+    if a.proto.is_some() || a.body_bytes.is_some() || a.output.is_some() || a.method != "GET" {
+        bail!("--page loads a page with GETs over the version --http-version picks; leave --proto, --body-bytes, -o and -X out");
+    }
+    let uri: http::Uri = a.url.parse().map_err(|e| anyhow!("{:?}: not a URL ({e})", a.url))?;
+    let (Some("https"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        bail!("--page needs an https:// URL, got {:?}", a.url);
+    };
+    let origin = format!("https://{authority}");
+    let path = uri.path().to_string();
+    if a.http_version == "auto" {
+        a.agent.check()?;
+    }
+    let control = client_control(&a.control)?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let sink = control_sink(a.out.as_deref(), control.as_ref())?;
+        let client = Client::with_gear(a.conn.config(sink)?, Box::new(StaticTransport::new(TransportPref::Tcp)))
+            .context("gearbox get")?;
+        let page: gearbox_workload::Page = match &a.page_graph {
+            Some(file) => {
+                let text = std::fs::read_to_string(file).with_context(|| format!("--page-graph {}", file.display()))?;
+                serde_json::from_str(&text)
+                    .with_context(|| format!("--page-graph {}: not a page graph", file.display()))?
+            }
+            None => {
+                let site = path.trim_start_matches('/').split('/').next().unwrap_or("");
+                if site.is_empty() {
+                    bail!(
+                        "{}: no site folder in the path to find SITE.page.json by; give --page-graph FILE",
+                        a.url
+                    );
+                }
+                let graph_url = format!("{origin}/{site}.page.json");
+                let mut req = Request::get(&graph_url, TransportPref::Tcp);
+                req.discard_body = false;
+                let resp = client
+                    .request(req)
+                    .await
+                    .map_err(|e| anyhow!("{graph_url}: {e}{}", hint(&e, &a.conn)))?;
+                if resp.status != 200 {
+                    bail!("{graph_url}: status {} (give --page-graph FILE)", resp.status);
+                }
+                serde_json::from_slice(&resp.body).with_context(|| format!("{graph_url}: not a page graph"))?
+            }
+        };
+        match page.objects.first() {
+            Some(root) if root.path == path => {}
+            Some(root) => bail!("the page graph's root is {}, the URL's path is {path}", root.path),
+            None => bail!("the page graph has no objects"),
+        }
+        // The selector's state is kept for `auto`, and for fixed versions too when there is an
+        // agent or a state folder: those loads are local entries like any other.
+        let mut flex = if a.http_version == "auto" || a.agent.agent.is_some() || a.agent.flexhttp_state.is_some() {
+            // One load per process: its random choice on a miss is seeded by the clock, so that
+            // successive runs do not all draw the same version.
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            let f = FlexClient::open(&a.agent, &a.flexhttp_model, a.agent_network.as_deref(), seed).await?;
+            for n in &f.notes {
+                eprintln!("gearbox get: flexhttp: {n}");
+            }
+            Some(f)
+        } else {
+            None
+        };
+        let (version, reason) = match (a.http_version.as_str(), flex.as_mut()) {
+            ("h2", _) => (HttpVersion::H2, "flexhttp: fixed h2".to_string()),
+            ("h3", _) => (HttpVersion::H3, "flexhttp: fixed h3".to_string()),
+            (_, Some(f)) => f.choose(&format!("{origin}{path}"), &page),
+            (_, None) => unreachable!("auto opens the selector"),
+        };
+        eprintln!("gearbox get: {origin}{path}: {} ({reason})", version.name());
+        let options = PageLoadOptions {
+            transport: crate::flexhttp_client::transport_of(version),
+            reason: Some(reason.clone()),
+            ..PageLoadOptions::default()
+        };
+        let load = client.load_page_with(&origin, &page, &options).await;
+        client.config().telemetry.finish().await;
+        let mut record = serde_json::json!({
+            "url": format!("{origin}{path}"),
+            "http_version": version.name(),
+            "reason": reason,
+            "objects": page.objects.len(),
+            "bytes": page.objects.iter().map(|o| o.size_bytes).sum::<u64>(),
+        });
+        let result = match &load {
+            Ok(l) => {
+                record["page_load_ms"] = serde_json::json!(l.page_load_ms);
+                record["protocol"] = serde_json::to_value(l.protocol)?;
+                if let Some(f) = flex.as_mut() {
+                    f.observe(&page, version, l.page_load_ms);
+                }
+                eprintln!(
+                    "gearbox get: page load {:.0} ms, {} objects over {}",
+                    l.page_load_ms,
+                    l.objects.len(),
+                    record["protocol"].as_str().unwrap_or("?")
+                );
+                Ok(())
+            }
+            Err(e) => {
+                record["error"] = serde_json::json!(e.to_string());
+                Err(anyhow!("gearbox get --page: {e}{}", hint(e, &a.conn)))
+            }
+        };
+        if let Some(mut f) = flex {
+            if let Some(v) = f.forest_version {
+                record["forest_version"] = serde_json::json!(v);
+            }
+            if let Some(line) = f.close(Duration::from_secs(5)).await? {
+                eprintln!("gearbox get: flexhttp: {line}");
+            }
+        }
+        println!("{record}");
+        result
     })
 }
 
@@ -444,6 +604,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     pub agent_network: Option<PathBuf>,
     #[command(flatten)]
+    pub agent: AgentArgs,
+    #[command(flatten)]
     pub conn: ConnArgs,
     #[command(flatten)]
     pub control: ControlArgs,
@@ -504,13 +666,29 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             if a.proto.is_some() || a.scheduler.is_some() {
                 bail!("--http-version decides the transport of each page load; leave --proto and --scheduler out");
             }
-            Some(http_version_chooser(
-                version,
+            Some(version.clone())
+        }
+    };
+    let rt = runtime()?;
+    let flex = match page_version.as_deref() {
+        Some("auto") => {
+            let f = rt.block_on(FlexClient::open(
+                &a.agent,
                 &a.flexhttp_model,
                 a.agent_network.as_deref(),
                 a.seed,
-            )?)
+            ))?;
+            for n in &f.notes {
+                eprintln!("gearbox load: flexhttp: {n}");
+            }
+            Some(Arc::new(std::sync::Mutex::new(f)))
         }
+        _ => None,
+    };
+    let page_version = match (&page_version, &flex) {
+        (_, Some(f)) => Some(FlexClient::chooser(f.clone())),
+        (Some(v), None) => Some(fixed_version_chooser(v)?),
+        (None, None) => None,
     };
     let control = client_control(&a.control)?;
     let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
@@ -519,7 +697,6 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     if requests.is_empty() {
         bail!("workload {} gives no requests for this limit", spec.name);
     }
-    let rt = runtime()?;
     let started = Instant::now();
     let (records, page_loads) = rt.block_on(async {
         let sink = control_sink(a.telemetry.as_deref(), control.as_ref())?;
@@ -528,6 +705,9 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             (Some(c), Some(slot)) => Some(client_poller(c, slot)?.spawn()),
             _ => None,
         };
+        let uploading = flex
+            .as_ref()
+            .and_then(|f| f.lock().unwrap_or_else(|p| p.into_inner()).spawn_uploads());
         let log = RecordLog::new();
         let gear = RecordingGear::new(gear, log.clone());
         let client = Client::with_gear(conn.config(sink)?, Box::new(gear)).context("gearbox load")?;
@@ -546,10 +726,19 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         if let Some(p) = polling {
             p.abort();
         }
+        if let Some(u) = uploading {
+            u.abort();
+        }
         let page_loads = page_loads?;
         client.config().telemetry.finish().await;
         Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;
+    if let Some(f) = flex {
+        let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(line) = rt.block_on(f.close(Duration::from_secs(5)))? {
+            eprintln!("gearbox load: flexhttp: {line}");
+        }
+    }
     let summary = Summary::new(&spec.name, a.seed, started.elapsed(), &records, &page_loads);
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -564,76 +753,18 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The page-level HTTP-version choice of `gearbox load --http-version`: fixed h2 or h3, or
-/// FlexHTTP's selector (`gearbox_gears::http_version::FlexHttp`) fed with the agent's network
-/// measurement and the page's Table 1 features (counts and bytes by kind, from the page graph).
-fn http_version_chooser(
-    version: &str,
-    model: &Path,
-    network: Option<&Path>,
-    seed: u64,
-) -> anyhow::Result<gearbox_client::replay::PageVersionChooser> {
-    use gearbox_gears::http_version::{FlexHttp, HttpVersion, NetworkFeatures, PageFeatures};
-    use gearbox_workload::ObjectKind;
-
-    let transport_of = |v: HttpVersion| match v {
-        HttpVersion::H2 => TransportPref::Tcp,
-        HttpVersion::H3 => TransportPref::Quic,
+/// The static baselines of `--http-version`: every page load over h2 (TCP, ALPN h2) or h3 (QUIC).
+fn fixed_version_chooser(version: &str) -> anyhow::Result<gearbox_client::replay::PageVersionChooser> {
+    use gearbox_gears::http_version::HttpVersion;
+    let v = match version {
+        "h2" => HttpVersion::H2,
+        "h3" => HttpVersion::H3,
+        other => bail!("--http-version {other:?}: expected h2, h3 or auto"),
     };
-    let fixed = match version {
-        "h2" => Some(HttpVersion::H2),
-        "h3" => Some(HttpVersion::H3),
-        _ => None,
-    };
-    if let Some(v) = fixed {
-        let reason = format!("flexhttp: fixed {}", v.name());
-        return Ok(gearbox_client::replay::PageVersionChooser {
-            name: v.name().to_string(),
-            choose: Arc::new(move |_, _| (transport_of(v), reason.clone())),
-        });
-    }
-    let net: Option<NetworkFeatures> = match network {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("--agent-network {}", path.display()))?;
-            Some(serde_json::from_str(&text).with_context(|| {
-                format!("--agent-network {}: expected the JSON of `gearbox agent measure` (rtt_ms, loss_rate, capacity_mbps)", path.display())
-            })?)
-        }
-    };
-    let gear = std::sync::Mutex::new(FlexHttp::load(model, seed));
+    let reason = format!("flexhttp: fixed {}", v.name());
     Ok(gearbox_client::replay::PageVersionChooser {
-        name: "flexhttp".to_string(),
-        choose: Arc::new(move |url, page| {
-            let mut f = PageFeatures {
-                all_files: 0.0,
-                all_bytes: 0.0,
-                css_files: 0.0,
-                css_bytes: 0.0,
-                js_files: 0.0,
-                js_bytes: 0.0,
-                image_files: 0.0,
-                image_bytes: 0.0,
-            };
-            for o in &page.objects {
-                let bytes = o.size_bytes as f64;
-                f.all_files += 1.0;
-                f.all_bytes += bytes;
-                match o.kind {
-                    ObjectKind::Css => (f.css_files, f.css_bytes) = (f.css_files + 1.0, f.css_bytes + bytes),
-                    ObjectKind::Js => (f.js_files, f.js_bytes) = (f.js_files + 1.0, f.js_bytes + bytes),
-                    ObjectKind::Image => (f.image_files, f.image_bytes) = (f.image_files + 1.0, f.image_bytes + bytes),
-                    _ => {}
-                }
-            }
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            let choice = gear
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .choose(url, now, net.as_ref().map(|n| (n, &f)));
-            (transport_of(choice.version), choice.reason)
-        }),
+        name: v.name().to_string(),
+        choose: Arc::new(move |_, _| (transport_of(v), reason.clone())),
+        observe: None,
     })
 }

@@ -12,6 +12,9 @@
 //! 5. `sailfish` (root): the shipped SAILfish policy against stream MinRTT and HTTP/2 over
 //!    kernel MPTCP, real edge and multipath client on two contrasting emulated path pairs
 //!    (`gearbox lab sailfish evaluate --emulator` on a small grid).
+//! 6. `flexhttp` (root): FlexHTTP's loop — agent, global pool, k-means labels, global forest,
+//!    client cache, local pool and fine-tuning — choosing HTTP/2 or HTTP/3 per page load on a
+//!    clean short and a long lossy emulated path (`gearbox lab flexhttp demo`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -44,6 +47,9 @@ pub enum Part {
     /// SAILfish's stream-to-path scheduling against stream MinRTT and kernel MPTCP on two
     /// contrasting path pairs, in the emulator.
     Sailfish,
+    /// FlexHTTP's HTTP/2-or-HTTP/3 choice per page load, with its agent, on a clean short and a
+    /// long lossy path, in the emulator.
+    Flexhttp,
 }
 
 /// Arguments of `gearbox demo`.
@@ -164,6 +170,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 "--out",
                 &dir,
             ],
+        )?;
+    }
+    if matches!(part, Part::All | Part::Flexhttp) {
+        let dir = format!("{out}/flexhttp");
+        // A fresh folder each time: the demo starts from an empty agent.
+        let _ = std::fs::remove_dir_all(&dir);
+        lab_part(
+            "FlexHTTP: HTTP/2 or HTTP/3 per page load, with its agent, on a clean short and a long lossy path, in the emulator",
+            &["flexhttp", "demo", "--out", &dir],
         )?;
     }
     if matches!(part, Part::All | Part::Wisetrans) {

@@ -15,6 +15,7 @@ mod control_cmd;
 mod demo_cmd;
 mod edge_cmd;
 mod emu_cmd;
+mod flexhttp_client;
 mod lab_cmd;
 mod learn_cmd;
 mod pages_cmd;

@@ -86,6 +86,10 @@ pub struct ReplayOptions {
 /// `(page URL, page) -> (transport, reason)`: a page-level gear's decision.
 pub type ChoosePageTransport = dyn Fn(&str, &Page) -> (TransportPref, String) + Send + Sync;
 
+/// `(page URL, page, transport used, page load time in ms)`: what a page-level gear is told
+/// after each successful load (FlexHTTP's local trace pool, §3.5.2).
+pub type ObservePageLoad = dyn Fn(&str, &Page, TransportPref, f64) + Send + Sync;
+
 /// Chooses the transport of one page load from its URL and graph, with the reason for telemetry.
 #[derive(Clone)]
 pub struct PageVersionChooser {
@@ -93,6 +97,8 @@ pub struct PageVersionChooser {
     pub name: String,
     /// `(page URL, page) -> (transport, reason)`.
     pub choose: Arc<ChoosePageTransport>,
+    /// Told of each completed load, when the gear learns from them.
+    pub observe: Option<Arc<ObservePageLoad>>,
 }
 
 impl std::fmt::Debug for PageVersionChooser {
@@ -318,13 +324,13 @@ impl OnePage {
                 }
             }
             None => {
+                let url = format!(
+                    "{}{}",
+                    options.target,
+                    page.objects.first().map_or("/", |o| o.path.as_str())
+                );
                 let (transport, reason) = match &options.page_version {
                     Some(chooser) => {
-                        let url = format!(
-                            "{}{}",
-                            options.target,
-                            page.objects.first().map_or("/", |o| o.path.as_str())
-                        );
                         let (t, r) = (chooser.choose)(&url, &page);
                         (t, Some(r))
                     }
@@ -337,11 +343,16 @@ impl OnePage {
                     fresh_connection: fresh,
                     reason,
                 };
-                client
+                let ms = client
                     .load_page_with(&options.target, &page, &page_options)
                     .await
                     .ok()
-                    .map(|p| p.page_load_ms)
+                    .map(|p| p.page_load_ms);
+                if let (Some(ms), Some(observe)) = (ms, options.page_version.as_ref().and_then(|c| c.observe.as_ref()))
+                {
+                    observe(&url, &page, transport, ms);
+                }
+                ms
             }
         }
     }

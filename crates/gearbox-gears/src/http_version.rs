@@ -15,12 +15,17 @@
 //! telemetry. Rejected: keying the cache by the hour of the day, which folds weekdays and weekends
 //! together although the seed names the week.
 //!
-//! Not here yet: the local trace pool and the local fine-tuning of the forest (§3.5.2).
+//! The local classifier is the global forest fine-tuned with the client's local trace pool
+//! (§3.5.2): trees grown on local entries and blended in ([`crate::http_version_local`]). The
+//! cache can be saved and restored ([`FlexHttp::save_cache`]) so that a client keeps it between
+//! runs and while its agent is unreachable.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use gearbox_policy::{Model, ModelOrFallback};
+
+use crate::http_version_local::{features, LocalForest};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -46,7 +51,7 @@ pub use gearbox_gear_api::HttpVersion;
 
 /// The network between the client and its agent, as the agent measured it (`GET
 /// /v1/flexhttp/network`): round-trip time in ms, loss rate as a fraction, capacity in Mbit/s.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NetworkFeatures {
     /// Round-trip time, milliseconds.
     pub rtt_ms: f64,
@@ -57,7 +62,8 @@ pub struct NetworkFeatures {
 }
 
 /// A page's Table 1 features (counts and bytes of all files, CSS, JavaScript and images).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PageFeatures {
     /// Files in the page, the HTML included.
     pub all_files: f64,
@@ -101,7 +107,7 @@ pub struct VersionChoice {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct CacheEntry {
     version: HttpVersion,
     /// When it was written, Unix seconds.
@@ -124,6 +130,17 @@ pub struct FlexHttp {
     rng: ChaCha8Rng,
     /// Entries older than this are dropped, seconds (default [`CACHE_TTL_S`]).
     ttl_s: f64,
+    /// The local fine-tuning (§3.5.2), when the client has labelled local entries.
+    local: Option<LocalForest>,
+}
+
+/// One saved cache entry (`FlexHttp::save_cache`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedEntry {
+    url: String,
+    hour_of_week: u16,
+    #[serde(flatten)]
+    entry: CacheEntry,
 }
 
 impl FlexHttp {
@@ -144,7 +161,54 @@ impl FlexHttp {
             cache: HashMap::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             ttl_s: CACHE_TTL_S,
+            local: None,
         }
+    }
+
+    /// Sets (or clears) the local fine-tuning: from now on P(h3) is the blend of the global
+    /// forest and the local trees ([`LocalForest::blend`]).
+    pub fn set_local(&mut self, local: Option<LocalForest>) {
+        self.local = local;
+    }
+
+    /// The local fine-tuning in use.
+    pub fn local(&self) -> Option<&LocalForest> {
+        self.local.as_ref()
+    }
+
+    /// Writes the cache as JSON (what [`FlexHttp::load_cache`] reads).
+    pub fn save_cache(&self, path: &Path) -> std::io::Result<()> {
+        let mut entries: Vec<SavedEntry> = self
+            .cache
+            .iter()
+            .map(|((url, hour), e)| SavedEntry {
+                url: url.clone(),
+                hour_of_week: *hour,
+                entry: *e,
+            })
+            .collect();
+        entries.sort_by(|a, b| (&a.url, a.hour_of_week).cmp(&(&b.url, b.hour_of_week)));
+        let text = serde_json::to_string_pretty(&entries).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Adds the entries saved in `path` (a missing file adds none); returns how many. A file
+    /// that is not a saved cache is an error naming it.
+    pub fn load_cache(&mut self, path: &Path) -> Result<usize, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let entries: Vec<SavedEntry> =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a saved FlexHTTP cache: {e}", path.display()))?;
+        let n = entries.len();
+        for s in entries {
+            self.cache.insert((s.url, s.hour_of_week % 168), s.entry);
+        }
+        Ok(n)
     }
 
     /// Whether a usable forest was loaded.
@@ -157,8 +221,8 @@ impl FlexHttp {
         self.cache.len()
     }
 
-    /// P(h3) by the forest, or `None` without a usable model.
-    pub fn predict(&self, net: &NetworkFeatures, page: &PageFeatures) -> Option<f32> {
+    /// P(h3) by the global forest alone, or `None` without a usable model.
+    pub fn predict_global(&self, net: &NetworkFeatures, page: &PageFeatures) -> Option<f32> {
         let fallback = self.model.as_ref()?;
         let model: &Model = fallback.model()?;
         let names = NETWORK_FEATURES.iter().chain(PAGE_FEATURES.iter());
@@ -171,6 +235,16 @@ impl FlexHttp {
         let p = fallback.predict(&row, &mut out[..outputs])?;
         // Two classes (h2, h3): the second is P(h3); one output is P(class 1) already.
         Some(if outputs == 2 { p[1] } else { p[0] })
+    }
+
+    /// P(h3) by the local classifier: the global forest, blended with the local trees when the
+    /// client has fine-tuned it (§3.5.2); `None` without a usable model.
+    pub fn predict(&self, net: &NetworkFeatures, page: &PageFeatures) -> Option<f32> {
+        let global = self.predict_global(net, page)?;
+        Some(match &self.local {
+            Some(local) => local.blend(f64::from(global), &features(net, page)) as f32,
+            None => global,
+        })
     }
 
     /// The version of this page load (§3.4). `features` are the agent's current measurement and the
@@ -212,8 +286,12 @@ impl FlexHttp {
                         p_h3: p,
                     },
                 );
+                let tuned = match &self.local {
+                    Some(l) => format!(" (fine-tuned: {} local entries, weight {:.2})", l.entries, l.weight),
+                    None => String::new(),
+                };
                 format!(
-                    "flexhttp: cache miss, random {}; forest p_h3 {p:.2} caches {} for hour {hour}",
+                    "flexhttp: cache miss, random {}; forest p_h3 {p:.2}{tuned} caches {} for hour {hour}",
                     version.name(),
                     next.name()
                 )
@@ -347,5 +425,102 @@ mod tests {
         let c = gear.choose("https://a.test/", MONDAY, Some((&BAD, &page)));
         assert!(c.reason.ends_with("no usable model"), "{}", c.reason);
         assert_eq!(gear.cache_len(), 0);
+    }
+
+    fn clusters_all_h2(dir: &Path) -> crate::http_version_local::Clusters {
+        use crate::http_version_local::{features, scaled, Clusters};
+        let centre = |n: &NetworkFeatures| scaled(&features(n, &page())).to_vec();
+        let names: Vec<&str> = NETWORK_FEATURES.iter().chain(PAGE_FEATURES.iter()).copied().collect();
+        let file = serde_json::json!({
+            "k": 2, "features": names, "mean": vec![0.0; 11], "std": vec![1.0; 11], "weight": vec![1.0; 11],
+            "centres": [centre(&GOOD), centre(&BAD)], "labels": ["h2", "h2"],
+            "median_si_ms": [[500.0, 600.0], [900.0, 1000.0]],
+        });
+        let path = dir.join("clusters.json");
+        std::fs::write(&path, file.to_string()).unwrap();
+        Clusters::load(&path).unwrap()
+    }
+
+    fn local_loads(h2_ms: f64, h3_ms: f64, each: usize) -> crate::http_version_local::LocalPool {
+        use crate::http_version_local::{LocalEntry, LocalPool};
+        let mut pool = LocalPool::default();
+        for i in 0..2 * each {
+            let (v, ms) = if i % 2 == 0 {
+                (HttpVersion::H2, h2_ms)
+            } else {
+                (HttpVersion::H3, h3_ms)
+            };
+            pool.entries.push(LocalEntry {
+                time_unix_ms: (MONDAY - 3600.0 + i as f64) * 1000.0,
+                http_version: v,
+                speed_index_ms: ms + i as f64,
+                network: GOOD,
+                page: page(),
+            });
+        }
+        pool
+    }
+
+    #[test]
+    fn local_evidence_against_the_global_forest_changes_the_decision_after_fine_tuning() {
+        use crate::http_version_local::{label_entries, LabelSource, LocalForest};
+        let dir = tempfile::tempdir().unwrap();
+        let clusters = clusters_all_h2(dir.path());
+        let mut gear = FlexHttp::load(data("forest.json"), 7);
+        let page = page();
+        // The global forest (and every global centre) says h2 on the clean short path.
+        let global = gear.predict_global(&GOOD, &page).unwrap();
+        assert!(global < 0.5, "global p_h3 {global}");
+        // This client measured the opposite there: h3 loads at 300 ms, h2 at 900 ms, 15 of each.
+        let labelled = label_entries(&local_loads(900.0, 300.0, 15), &clusters);
+        assert_eq!(labelled.len(), 30);
+        assert!(labelled
+            .iter()
+            .all(|l| l.1 == HttpVersion::H3 && l.2 == LabelSource::LocalEvidence));
+        gear.set_local(LocalForest::train(&labelled, 1));
+        let tuned = gear.predict(&GOOD, &page).unwrap();
+        assert!(tuned >= 0.5, "fine-tuned p_h3 {tuned} (global {global})");
+        let c = gear.choose("https://a.test/", MONDAY, Some((&GOOD, &page)));
+        eprintln!("global p_h3 {global:.2}, fine-tuned {tuned:.2}: {}", c.reason);
+        assert!(
+            c.reason.contains("caches h3") && c.reason.contains("fine-tuned: 30 local entries"),
+            "{}",
+            c.reason
+        );
+        // Elsewhere (the long lossy path) the local trees know nothing new: the decision blends
+        // toward h3 there too only as far as the trees generalise; the global part still counts.
+        assert!(gear.local().unwrap().weight <= crate::http_version_local::LOCAL_MAX_WEIGHT);
+    }
+
+    #[test]
+    fn without_enough_local_loads_of_both_versions_the_centres_label_and_the_decision_stays() {
+        use crate::http_version_local::{label_entries, LabelSource, LocalForest};
+        let dir = tempfile::tempdir().unwrap();
+        let clusters = clusters_all_h2(dir.path());
+        let mut gear = FlexHttp::load(data("forest.json"), 7);
+        // Two loads of each version: below MIN_LOCAL_PER_VERSION, so the nearest centre labels (h2).
+        let labelled = label_entries(&local_loads(900.0, 300.0, 2), &clusters);
+        assert!(labelled
+            .iter()
+            .all(|l| l.1 == HttpVersion::H2 && l.2 == LabelSource::Centre));
+        gear.set_local(LocalForest::train(&labelled, 1));
+        assert!(gear.predict(&GOOD, &page()).unwrap() < 0.5);
+    }
+
+    #[test]
+    fn the_cache_survives_a_save_and_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache.json");
+        let mut gear = FlexHttp::load(data("forest.json"), 7);
+        let page = page();
+        gear.choose("https://a.test/", MONDAY, Some((&BAD, &page)));
+        gear.save_cache(&path).unwrap();
+        let mut again = FlexHttp::without_model(9);
+        assert_eq!(again.load_cache(&path).unwrap(), 1);
+        let hit = again.choose("https://a.test/", MONDAY + 60.0, None);
+        assert!(hit.reason.starts_with("flexhttp: cache hit"), "{}", hit.reason);
+        assert_eq!(hit.version, HttpVersion::H3);
+        std::fs::write(&path, "[1]").unwrap();
+        assert!(again.load_cache(&path).unwrap_err().contains("cache.json"));
     }
 }

@@ -13,12 +13,14 @@
 //! - [`path`]: the path of each stream on a multipath client — the stream schedulers
 //!   SAILfish is compared with (MinRTT, round-robin, single best path, ECF, BLEST).
 //! - [`http_version`]: HTTP/2 or HTTP/3 per page load on the client — FlexHTTP's selector
-//!   (the (URL, hour-of-week) cache, a random choice on a miss, the agent's forest).
+//!   (the (URL, hour-of-week) cache, a random choice on a miss, the agent's forest), with
+//!   [`http_version_local`]: the local trace pool and the local fine-tuning (§3.5).
 //! - [`tcpwise`]: the initial window per client cluster and hour on the edge — TCP
 //!   WISE's Cwnd Table and its A/B draw.
 
 pub mod floo;
 pub mod http_version;
+pub mod http_version_local;
 pub mod path;
 pub mod tcpwise;
 pub mod transport;

@@ -6,6 +6,7 @@
     gearbox lab flexhttp evaluate --model DIR --dataset DIR                          # §4's comparison
     gearbox lab flexhttp probe --out DIR [--configs paper]    # the agent's estimates on emulated paths (root)
     gearbox lab flexhttp loop --dataset DIR [--eval-dataset DIR] --out DIR   # a dataset through a real agent
+    gearbox lab flexhttp demo --out DIR [--pages 2] [--reps 2]   # the whole loop on two emulated paths (root)
 
 **dataset.** Network conditions are drawn from Table 1's grid (capacity 0.5-25 Mbit/s, RTT 30-500 ms,
 loss 0.01-3 %, seven levels each, 343 cells) by the space-filling WSP algorithm (gearbox.lab.sampling)
@@ -742,6 +743,11 @@ def main(argv: list[str] | None = None) -> int:
     lo.add_argument("--eval-dataset", type=Path, help="evaluate the downloaded forest on this dataset")
     lo.add_argument("--out", type=Path, required=True)
     lo.add_argument("--k", type=int)
+    de = sub.add_parser("demo", help="the whole loop on a clean short and a long lossy path (needs root; ~3 min)")
+    de.add_argument("--out", type=Path, required=True)
+    de.add_argument("--pages", type=int, default=2)
+    de.add_argument("--reps", type=int, default=2, help="warm-up loads per page and version on each path")
+    de.add_argument("--pages-seed", type=int, default=17)
     a = p.parse_args(argv)
     from gearbox.lab.environment import LabError
 
@@ -762,6 +768,12 @@ def main(argv: list[str] | None = None) -> int:
                 else sample_conditions(a.conditions, a.seed)
             )
             _print_probe(probe_conditions(a.out, conds, a.reps, a.seed))
+        elif a.command == "demo":
+            from gearbox.flexhttp import demo
+
+            if a.reps < 1 or a.pages < 1:
+                raise FlexLabError("--reps and --pages must be >= 1")
+            demo.print_report(demo.run(a.out, a.pages, a.reps, a.pages_seed))
         elif a.command == "loop":
             r = loop(a.dataset, a.eval_dataset, a.out, a.k)
             t = r["trained"]

@@ -1,4 +1,5 @@
-//! Sends the spool's sealed batches to `POST /v1/telemetry`, oldest first.
+//! Sends the spool's sealed batches to `POST /v1/telemetry` (or another batch route of the same
+//! shape, [`Uploader::with_path`]: the FlexHTTP agent's `/v1/flexhttp/traces`), oldest first.
 //!
 //! A batch leaves the spool on a final answer: 200 (stored), 400 with a count (its bad
 //! records rejected and named, the good ones stored: resending would fail the same way),
@@ -42,6 +43,8 @@ pub struct Uploader {
     spool: Arc<Spool>,
     client: ControlClient,
     batch_interval: Duration,
+    /// The route batches go to.
+    path: String,
     /// One sender at a time: the background loop and a final upload at shutdown.
     sending: tokio::sync::Mutex<()>,
     /// Counters.
@@ -56,9 +59,17 @@ impl Uploader {
             spool,
             client,
             batch_interval,
+            path: "/v1/telemetry".to_string(),
             sending: tokio::sync::Mutex::new(()),
             stats: UploadStats::default(),
         }
+    }
+
+    /// Sends to `path` (a route taking `{"records": [...]}` with an `Idempotency-Key`, as
+    /// `/v1/telemetry` does) instead of `/v1/telemetry`.
+    pub fn with_path(mut self, path: &str) -> Uploader {
+        self.path = path.to_string();
+        self
     }
 
     /// The spool.
@@ -80,7 +91,7 @@ impl Uploader {
                 .client
                 .request(
                     http::Method::POST,
-                    "/v1/telemetry",
+                    &self.path,
                     &[
                         ("idempotency-key", batch.key.clone()),
                         ("content-type", "application/json".into()),
