@@ -42,3 +42,21 @@ def other_cert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cert, key = directory / "other.pem", directory / "other-key.pem"
     gearbox.make_cert(["localhost", "127.0.0.1"], cert, key)
     return cert
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[object]:
+    """A FlexHTTP agent (`gearbox agent serve`, the control plane's app with its routes) on
+    loopback with its probe port, stopped after the test (test_flexhttp_agent, _client)."""
+    from control_support import control_plane
+    from support import free_port
+
+    probe_port = free_port()
+    extra = f'\n[agent]\nprobe_listen = "127.0.0.1:{probe_port}"\nwindow_s = 60\nk = 12\n'
+    a = control_plane(tmp_path / "agent", "store", extra=extra, start=False)
+    a.module = "gearbox.flexhttp"
+    a.start()
+    try:
+        yield a
+    finally:
+        a.stop()

@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from control_support import control_plane
 
 from gearbox.flexhttp.features import FEATURES, NETWORK_FEATURES, PAGE_FEATURES, FeatureError
 from gearbox.flexhttp.labels import DEFAULT_CAP, label
@@ -126,21 +125,6 @@ def test_only_the_clients_24_prefix_is_kept() -> None:
 
 
 # --- the service ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def agent(tmp_path: Path):  # noqa: ANN201
-    from support import free_port
-
-    probe_port = free_port()
-    extra = f'\n[agent]\nprobe_listen = "127.0.0.1:{probe_port}"\nwindow_s = 60\nk = 12\n'
-    a = control_plane(tmp_path / "agent", "store", extra=extra, start=False)
-    a.module = "gearbox.flexhttp"
-    a.start()
-    try:
-        yield a
-    finally:
-        a.stop()
 
 
 def entries(n: int, seed: int, region: str = "all") -> list[dict]:

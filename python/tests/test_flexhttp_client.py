@@ -13,24 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from control_support import control_plane
-from support import free_port, running_edge
+from support import running_edge
 from test_flexhttp_agent import entries
 
 from gearbox.pages.generate import generate
-
-
-@pytest.fixture
-def agent(tmp_path: Path):  # noqa: ANN201
-    probe_port = free_port()
-    extra = f'\n[agent]\nprobe_listen = "127.0.0.1:{probe_port}"\nwindow_s = 60\nk = 12\n'
-    a = control_plane(tmp_path / "agent", "store", extra=extra, start=False)
-    a.module = "gearbox.flexhttp"
-    a.start()
-    try:
-        yield a
-    finally:
-        a.stop()
 
 
 def _pool_size(agent) -> int:  # noqa: ANN001

@@ -57,6 +57,23 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _curl_until_served(ns: str, url: str, proc: subprocess.Popen[bytes] | None, log: Path) -> None:
+    """GETs `url` with curl (HTTP/2) from namespace `ns` until it succeeds; fails with the edge's
+    log if the edge exits or 30 s pass."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, "curl", "-sk", "--http2", "-o", "/dev/null"] + ["--connect-timeout", "2", url],
+            capture_output=True,
+            timeout=30,
+        )
+        if r.returncode == 0:
+            return
+        assert proc is not None and proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"curl {url}: {r.stderr!r}\n{log.read_text()}"
+        time.sleep(0.2)
+
+
 def test_an_edge_started_by_ip_netns_exec_attaches_the_tcp_program_and_tcp_gets_the_tables_window(
     gearbox_bin: Path, tmp_path: Path
 ) -> None:
@@ -90,19 +107,7 @@ def test_an_edge_started_by_ip_netns_exec_attaches_the_tcp_program_and_tcp_gets_
         _wait_ready(proc, log)
 
         def get(path: str) -> None:
-            deadline = time.monotonic() + 30
-            while True:
-                r = subprocess.run(
-                    ["ip", "netns", "exec", ns, "curl", "-sk", "--http2", "-o", "/dev/null"]
-                    + ["--connect-timeout", "2", f"https://127.0.0.1:4433{path}"],
-                    capture_output=True,
-                    timeout=30,
-                )
-                if r.returncode == 0:
-                    return
-                assert proc is not None and proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, f"curl {path}: {r.stderr!r}\n{log.read_text()}"
-                time.sleep(0.2)
+            _curl_until_served(ns, f"https://127.0.0.1:4433{path}", proc, log)
 
         def record(path: str) -> dict:
             for _ in range(100):
@@ -237,19 +242,7 @@ def test_the_route_fallback_sets_initcwnd_per_prefix_one_iw_per_interval_and_res
         _wait_ready(proc, log)
 
         def get(path: str) -> dict:
-            deadline = time.monotonic() + 30
-            while True:
-                r = subprocess.run(
-                    ["ip", "netns", "exec", client, "curl", "-sk", "--http2", "-o", "/dev/null"]
-                    + ["--connect-timeout", "2", f"https://10.77.0.1:4433{path}"],
-                    capture_output=True,
-                    timeout=30,
-                )
-                if r.returncode == 0:
-                    break
-                assert proc is not None and proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, f"curl {path}: {r.stderr!r}\n{log.read_text()}"
-                time.sleep(0.2)
+            _curl_until_served(client, f"https://10.77.0.1:4433{path}", proc, log)
             for _ in range(100):
                 found = [x for x in _records(telemetry) if x.get("path") == path]
                 if found:

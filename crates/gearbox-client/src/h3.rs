@@ -304,16 +304,6 @@ impl Client {
     /// bounded by what the client knows of the path's RTT.
     async fn dial_h3(&self, key: &Key, dial: &Dial<'_>) -> Result<H3Conn, ClientError> {
         let cfg = &self.inner.cfg;
-        let endpoint = self
-            .inner
-            .pools
-            .h3
-            .endpoint(dial.local, dial.target.addr.is_ipv6())
-            .map_err(|e| ClientError::Quic {
-                addr: dial.target.addr.to_string(),
-                reason: format!("cannot open a UDP socket: {e}"),
-            })?;
-        let cc = cfg.quic_cc.name();
         let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
         let bounded = Dial {
             target: dial.target,
@@ -324,11 +314,27 @@ impl Client {
                 .connect_timeout
                 .min(silence::handshake_grace(known_rtt).max(cfg.quic_silence_floor)),
         };
+        self.open_quic(&bounded).await
+    }
+
+    /// Opens an HTTP/3 connection as `dial` says, on the pool's UDP endpoint for its
+    /// local address, with the client's controller, idle timeout and silence floor.
+    pub(crate) async fn open_quic(&self, dial: &Dial<'_>) -> Result<H3Conn, ClientError> {
+        let cfg = &self.inner.cfg;
+        let endpoint = self
+            .inner
+            .pools
+            .h3
+            .endpoint(dial.local, dial.target.addr.is_ipv6())
+            .map_err(|e| ClientError::Quic {
+                addr: dial.target.addr.to_string(),
+                reason: format!("cannot open a UDP socket: {e}"),
+            })?;
         open_h3(
-            &bounded,
+            dial,
             &endpoint,
             self.inner.quic.clone(),
-            cc,
+            cfg.quic_cc.name(),
             self.next_id(),
             cfg.idle_timeout,
             cfg.quic_silence_floor,

@@ -40,7 +40,7 @@ use crate::exchange::{Exchanged, Failure, Progress};
 use crate::gear::TransportPref;
 use crate::h1::start_h1;
 use crate::h2::start_h2;
-use crate::h3::{open_h3, H3Conn};
+use crate::h3::H3Conn;
 use crate::tcp::{open_tcp_tls, TcpTls};
 
 /// Floor of the TCP delay, and the delay when no RTT to the origin is known.
@@ -343,29 +343,7 @@ impl Client {
     /// attempt is dropped. Fails only when both fail (with TCP's error).
     async fn race_connect(&self, dial: &Dial<'_>, delay: Duration) -> Result<Raced, ClientError> {
         let addr = dial.target.addr.to_string();
-        let quic = async {
-            let endpoint = self
-                .inner
-                .pools
-                .h3
-                .endpoint(dial.local, dial.target.addr.is_ipv6())
-                .map_err(|e| ClientError::Quic {
-                    addr: addr.clone(),
-                    reason: format!("cannot open a UDP socket: {e}"),
-                })?;
-            let cc = self.inner.cfg.quic_cc.name();
-            let (idle, floor) = (self.inner.cfg.idle_timeout, self.inner.cfg.quic_silence_floor);
-            open_h3(
-                dial,
-                &endpoint,
-                self.inner.quic.clone(),
-                cc,
-                self.next_id(),
-                idle,
-                floor,
-            )
-            .await
-        };
+        let quic = self.open_quic(dial);
         tokio::pin!(quic);
         let head_start = tokio::time::sleep(delay);
         tokio::pin!(head_start);
