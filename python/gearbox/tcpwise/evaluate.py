@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -213,8 +214,15 @@ def ground_truth(
         for iw in iws:
             per_rep = [latencies[(c.name, iw, 1 + rep)] for rep in range(reps)]
             pooled = [x for lat in per_rep for x in lat]
+            if not pooled:
+                # Nothing completed (quinn with an initial window of one packet never
+                # finishes a connection): no p80, never the best.
+                mine.append(IwResult(c.name, iw, math.inf, math.inf, math.inf, 0))
+                continue
             p80s = [percentile(lat, 80) for lat in per_rep if lat]
             mine.append(IwResult(c.name, iw, percentile(pooled, 80), min(p80s), max(p80s), len(pooled)))
+        if all(r.samples == 0 for r in mine):
+            raise RuntimeError(f"{c.name}: no IW of {list(iws)} completed a response")
         least = min(r.p80_ms for r in mine)
         b = min((r for r in mine if r.p80_ms == least), key=lambda r: r.iw)
         # IWs whose p80 is within the best's own spread: the flat bottom of the curve, where
