@@ -106,6 +106,44 @@ impl FromStr for TcpCc {
     }
 }
 
+/// The kernel TCP controller gearbox's edge and client set when none is configured:
+/// CUBIC (RFC 9438), the same as QUIC's default ([`crate::QuicCc::CUBIC`]), so that
+/// HTTP/2 against HTTP/3 compares transports, not controllers. The system's default
+/// differs between hosts (BBR on some, which ignores random loss where CUBIC halves its
+/// window), and a lab result must not depend on the host it ran on; `system` keeps it.
+pub const DEFAULT_TCP_CC: TcpCc = TcpCc::Cubic;
+
+/// A configured kernel TCP controller: a named one, or `system` (the socket keeps the
+/// system's default, `net.ipv4.tcp_congestion_control`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpCcSetting(pub Option<TcpCc>);
+
+impl TcpCcSetting {
+    /// The word for "the system's default".
+    pub const SYSTEM: &'static str = "system";
+}
+
+impl FromStr for TcpCcSetting {
+    type Err = UnknownCc;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case(Self::SYSTEM) {
+            return Ok(TcpCcSetting(None));
+        }
+        s.parse::<TcpCc>()
+            .map(|c| TcpCcSetting(Some(c)))
+            .map_err(|e| UnknownCc {
+                valid: format!("{}, {}", e.valid, Self::SYSTEM),
+                ..e
+            })
+    }
+}
+
+impl fmt::Display for TcpCcSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.map_or(Self::SYSTEM, TcpCc::name))
+    }
+}
+
 /// The kernel refused a controller on a live socket.
 #[derive(Debug, thiserror::Error)]
 #[error("the kernel refused TCP congestion control {cc:?} ({source}); it offers: {available}")]
@@ -206,6 +244,18 @@ mod tests {
         for c in TcpCc::ALL {
             assert_eq!(c.name().parse::<TcpCc>().unwrap(), c);
         }
+    }
+
+    #[test]
+    fn a_setting_is_a_controller_or_the_system_default() {
+        assert_eq!("system".parse::<TcpCcSetting>().unwrap(), TcpCcSetting(None));
+        assert_eq!("BBR".parse::<TcpCcSetting>().unwrap(), TcpCcSetting(Some(TcpCc::Bbr)));
+        for setting in [TcpCcSetting(None), TcpCcSetting(Some(TcpCc::Cubic))] {
+            assert_eq!(setting.to_string().parse::<TcpCcSetting>().unwrap(), setting);
+        }
+        let err = "vegas".parse::<TcpCcSetting>().unwrap_err();
+        assert_eq!(err.name, "vegas");
+        assert!(err.valid.ends_with("westwood, system"), "{}", err.valid);
     }
 
     #[test]

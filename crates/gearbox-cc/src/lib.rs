@@ -39,7 +39,7 @@ pub mod westwood;
 
 pub use algorithm::{Ack, Algorithm, Phase, SendingRate};
 pub use config::{CcConfig, InvalidParameter, MAX_INITIAL_WINDOW_PACKETS};
-pub use kernel::{TcpCc, TcpCcHandle, TcpSwitchError};
+pub use kernel::{TcpCc, TcpCcHandle, TcpCcSetting, TcpSwitchError, DEFAULT_TCP_CC};
 pub use path::{PathEstimator, PathState};
 pub use switchable::{
     ControllerStatus, SwitchConfig, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, Switchable,

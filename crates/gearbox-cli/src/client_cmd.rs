@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use gearbox_cc::{QuicCc, TcpCc};
+use gearbox_cc::{QuicCc, TcpCcSetting};
 use gearbox_client::multipath::check_local_addrs;
 use gearbox_client::replay::{replay, replay_page, PathScheduling, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{
@@ -62,7 +62,7 @@ fn parse_quic_cc(s: &str) -> Result<QuicCc, String> {
     s.parse().map_err(|e: gearbox_cc::UnknownCc| e.to_string())
 }
 
-fn parse_tcp_cc(s: &str) -> Result<TcpCc, String> {
+fn parse_tcp_cc(s: &str) -> Result<TcpCcSetting, String> {
     s.parse().map_err(|e: gearbox_cc::UnknownCc| e.to_string())
 }
 
@@ -151,9 +151,9 @@ pub struct ConnArgs {
     /// QUIC initial window in packets of 1200 bytes (default: quinn's RFC 9002 window).
     #[arg(long, value_name = "PACKETS")]
     pub quic_iw: Option<u32>,
-    /// Kernel TCP congestion control set on each socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered on first use; needs root) (default: the system's).
+    /// Kernel TCP congestion control set on each socket: reno, cubic, bbr, westwood (gearbox's BPF Westwood+, registered on first use; needs root) or system (the host's default) (default: cubic, as QUIC's).
     #[arg(long, value_name = "CC", value_parser = parse_tcp_cc)]
-    pub tcp_cc: Option<TcpCc>,
+    pub tcp_cc: Option<TcpCcSetting>,
     /// Open TCP connections over Multipath TCP (the kernel's; needs net.mptcp.enabled = 1): the kernel adds subflows over the endpoints set with `ip mptcp endpoint` and schedules packets on them.
     #[arg(long)]
     pub mptcp: bool,
@@ -185,7 +185,7 @@ impl ConnArgs {
             local_addrs: self.local_addr.clone(),
             quic_cc: self.quic_cc,
             quic_initial_window_packets: self.quic_iw,
-            tcp_cc: self.tcp_cc,
+            tcp_cc: self.tcp_cc.map_or(Some(gearbox_cc::DEFAULT_TCP_CC), |s| s.0),
             mptcp: self.mptcp,
             connect_timeout: seconds("--connect-timeout-s", self.connect_timeout_s)?,
             request_timeout: seconds("--timeout-s", self.timeout_s)?,

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use gearbox_cc::{QuicCc, SwitchMode, TcpCc};
+use gearbox_cc::{QuicCc, SwitchMode, TcpCcSetting};
 use gearbox_edge::floo::PeriodGear;
 use gearbox_edge::{ConnectionGears, Edge, EdgeConfig};
 use gearbox_gear_api::CcaPeriodGear;
@@ -37,9 +37,9 @@ pub struct EdgeArgs {
     /// QUIC initial congestion window, in packets of 1200 bytes [default: RFC 9002's].
     #[arg(long)]
     pub initial_window: Option<u32>,
-    /// Kernel TCP congestion control per socket: reno, cubic, bbr or westwood (gearbox's BPF Westwood+, registered at start; needs root) [default: the system's].
-    #[arg(long)]
-    pub tcp_cc: Option<TcpCc>,
+    /// Kernel TCP congestion control per socket: reno, cubic, bbr, westwood (gearbox's BPF Westwood+, registered at start; needs root) or system (the host's default) [default: cubic, as QUIC's].
+    #[arg(long, value_name = "CC")]
+    pub tcp_cc: Option<TcpCcSetting>,
     /// TCP_NOTSENT_LOWAT of accepted TCP connections, bytes; 0 = the system's (unlimited) [default: 16384].
     #[arg(long, value_name = "BYTES")]
     pub tcp_notsent_lowat: Option<u32>,
@@ -113,8 +113,8 @@ impl EdgeArgs {
         if self.initial_window.is_some() {
             c.initial_window = self.initial_window;
         }
-        if self.tcp_cc.is_some() {
-            c.tcp_cc = self.tcp_cc;
+        if let Some(setting) = self.tcp_cc {
+            c.tcp_cc = setting.0;
         }
         if self.tcp_notsent_lowat.is_some() {
             c.tcp_notsent_lowat_bytes = self.tcp_notsent_lowat;

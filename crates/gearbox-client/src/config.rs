@@ -21,7 +21,7 @@ pub struct ClientConfig {
     /// QUIC initial window in packets of 1200 bytes (None: quinn's RFC 9002 default).
     pub quic_initial_window_packets: Option<u32>,
     /// Kernel congestion controller of TCP connections, set with `TCP_CONGESTION` before
-    /// connect (None: the system default).
+    /// connect (default [`gearbox_cc::DEFAULT_TCP_CC`], CUBIC as QUIC's; None: the system's default).
     pub tcp_cc: Option<TcpCc>,
     /// Open TCP connections over Multipath TCP (the kernel's, RFC 8684): the socket is
     /// `IPPROTO_MPTCP`, and the kernel adds subflows over the endpoints configured with
@@ -56,7 +56,7 @@ impl Default for ClientConfig {
             local_addrs: Vec::new(),
             quic_cc: QuicCc::CUBIC,
             quic_initial_window_packets: None,
-            tcp_cc: None,
+            tcp_cc: Some(gearbox_cc::DEFAULT_TCP_CC),
             mptcp: false,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),

@@ -38,7 +38,9 @@ pub struct EdgeConfig {
     pub congestion: gearbox_cc::CcConfig,
     /// QUIC initial congestion window, packets of 1200 bytes (None: RFC 9002 default).
     pub initial_window: Option<u32>,
-    /// Kernel TCP congestion control (None: the system default).
+    /// Kernel TCP congestion control (default [`gearbox_cc::DEFAULT_TCP_CC`], CUBIC like
+    /// QUIC's; `"system"` in TOML, None here: the system's default).
+    #[serde(with = "tcp_cc_setting")]
     pub tcp_cc: Option<TcpCc>,
     /// `TCP_NOTSENT_LOWAT` of every accepted TCP connection, bytes: how much not-yet-sent data the
     /// kernel may hold in the socket (None or 0: the system's, unlimited by default). Small values keep
@@ -92,7 +94,7 @@ impl Default for EdgeConfig {
             cc: QuicCc::CUBIC,
             congestion: gearbox_cc::CcConfig::default(),
             initial_window: None,
-            tcp_cc: None,
+            tcp_cc: Some(gearbox_cc::DEFAULT_TCP_CC),
             tcp_notsent_lowat_bytes: Some(DEFAULT_TCP_NOTSENT_LOWAT_BYTES),
             cwnd_table: None,
             max_bytes: DEFAULT_MAX_BYTES,
@@ -184,9 +186,50 @@ impl EdgeConfig {
     }
 }
 
+/// `tcp_cc` in TOML: a controller's name or `"system"` ([`gearbox_cc::TcpCcSetting`]).
+mod tcp_cc_setting {
+    use gearbox_cc::{TcpCc, TcpCcSetting};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(cc: &Option<TcpCc>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&TcpCcSetting(*cc))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TcpCc>, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse::<TcpCcSetting>()
+            .map(|s| s.0)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_cc_defaults_to_cubic_and_system_keeps_the_hosts() {
+        let at = Path::new("edge.toml");
+        assert_eq!(EdgeConfig::from_toml("", at).unwrap().tcp_cc, Some(TcpCc::Cubic));
+        assert_eq!(EdgeConfig::from_toml("tcp_cc = \"system\"\n", at).unwrap().tcp_cc, None);
+        assert_eq!(
+            EdgeConfig::from_toml("tcp_cc = \"bbr\"\n", at).unwrap().tcp_cc,
+            Some(TcpCc::Bbr)
+        );
+        let err = EdgeConfig::from_toml("\ntcp_cc = \"vegas\"\n", at)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("edge.toml:2:") && err.contains("vegas") && err.contains("system"),
+            "{err}"
+        );
+        let round = toml::to_string(&EdgeConfig {
+            tcp_cc: None,
+            ..EdgeConfig::default()
+        })
+        .unwrap();
+        assert!(round.contains("tcp_cc = \"system\""), "{round}");
+    }
 
     #[test]
     fn unknown_field_is_named_with_its_line() {

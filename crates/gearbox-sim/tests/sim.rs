@@ -284,3 +284,33 @@ fn a_cwnd_table_gives_each_connection_its_own_initial_window_and_the_records_say
     let (small, large) = (mean(4), mean(60));
     assert!(small > large + 40.0, "IW 4 {small:.1} ms vs IW 60 {large:.1} ms");
 }
+
+/// A client whose uploads fill its congestion window still acknowledges the server's data:
+/// packets that carry only ACK frames are not congestion controlled (RFC 9002 §7). quinn-proto
+/// 0.11 sent no ACK while the connection had data blocked by its window or its pacer, so on a
+/// path whose uplink queue is small (0.5 BDP) the `app` workload's requests (they upload
+/// their bodies) starved the downlink's ACK clock: mean RCT 1.60x the same requests over a
+/// fast, deep uplink (1.66x with seed 3). gearbox carries the fix (vendor/quinn-proto,
+/// GEARBOX-PATCH.md): 1.22x (1.28x), what the slower uplink itself costs. Virtual time, so the
+/// ratio is the same on every run.
+#[test]
+fn a_congested_uplink_does_not_stop_the_clients_acknowledgements() {
+    let mean_rct = |up_rate_bps: u64, up_limit_bdp: f64, seed: u64| {
+        let text = format!(
+            "seed = {seed}\nduration_s = 15.0\nworkload = \"app\"\n\
+             [down]\nrate_bps = 5000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n[down.queue]\nlimit_bdp = 0.5\n\
+             [up]\nrate_bps = {up_rate_bps}\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n[up.queue]\nlimit_bdp = {up_limit_bdp}\n"
+        );
+        let out = run(&SimConfig::parse(&text, Path::new("test.toml")).unwrap()).unwrap();
+        assert_eq!(out.completed, out.requests);
+        let rs = records(&out);
+        rs.iter().map(|r| r["rct_ms"].as_f64().unwrap()).sum::<f64>() / rs.len() as f64
+    };
+    for seed in [1, 3] {
+        let congested = mean_rct(5_000_000, 0.5, seed);
+        let open = mean_rct(100_000_000, 10.0, seed);
+        let ratio = congested / open;
+        eprintln!("seed {seed}: mean RCT {congested:.0} ms over the 5 Mbit/s 0.5 BDP uplink, {open:.0} ms over a 100 Mbit/s one: {ratio:.2}x");
+        assert!(ratio < 1.4, "seed {seed}: {ratio:.2}x ({congested:.0} vs {open:.0} ms)");
+    }
+}
