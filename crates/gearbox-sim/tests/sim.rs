@@ -241,7 +241,11 @@ fn a_zero_selection_period_is_refused() {
 fn a_cwnd_table_gives_each_connection_its_own_initial_window_and_the_records_say_which() {
     use gearbox_gears::tcpwise::{CwndTable, SharedTable, TcpWiseGear};
     let workload = format!("{}/tests/data/tcpwise-100kb.toml", env!("CARGO_MANIFEST_DIR"));
-    let cfg = config(&workload, "initial_window = 10\nduration_s = 60.0");
+    let text = format!(
+        "seed = 7\nduration_s = 120.0\ninitial_window = 10\nworkload = \"{workload}\"\n\
+         [down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n"
+    );
+    let cfg = SimConfig::parse(&text, Path::new("test.toml")).unwrap();
     let table = "version = 3\ncap = 100\n[[cluster]]\nprefix = \"10.0.0.0/24\"\niw = [4, 60]\n";
     let mut s = gearbox_sim::Session::new(&cfg).unwrap();
     // The first 30 s without a gear: the config's window, no `iw` object.
