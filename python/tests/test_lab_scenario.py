@@ -348,3 +348,33 @@ def test_a_control_table_reads_its_pushes_and_names_what_is_wrong(tmp_path: Path
     assert control.polls_transport_models("auto", ["--gear", "mlp", "--model-dir", "m"])
     assert not control.polls_transport_models("auto", ["--gear=race"])
     assert not control.polls_transport_models("quic", [])
+
+
+def test_control_jobs_are_the_services_jobs_checked_as_it_checks_them(tmp_path: Path) -> None:
+    """`[control.jobs.NAME]` (docs/lab.md, "Control plane"): the run's control plane's
+    `[jobs.NAME]`, `{scenario}` made the scenario's folder, bad keys named by their field."""
+    import tomllib
+
+    from gearbox.control.config import parse as parse_control
+    from gearbox.lab import control
+
+    (tmp_path / "pol").mkdir()
+    text = (
+        BASE
+        + '[control]\n[[control.push]]\ngear = "tcpwise"\ndir = "pol"\n'
+        + '[control.jobs.tcpwise]\ngear = "tcpwise"\nevery_s = 6.0\nside = "edge"\n'
+        + 'command = ["{python}", "learn", "--config", "{scenario}/learn.toml", "{telemetry}"]\n'
+    )
+    s = sc.load(write(tmp_path, text))
+    assert s.control is not None
+    job = s.control.jobs["tcpwise"]
+    assert job["command"] == ["{python}", "learn", "--config", f"{tmp_path.resolve()}/learn.toml", "{telemetry}"]
+    # What the run's control.toml gets is what the service reads.
+    parsed = parse_control(tomllib.loads(control.jobs_toml(s.control.jobs)), None).jobs["tcpwise"]
+    assert (parsed.gear, parsed.every_s, parsed.side, parsed.command) == ("tcpwise", 6.0, "edge", job["command"])
+    e = str(error_of(tmp_path, text.replace("every_s = 6.0", "every_s = 0")))
+    assert "control.jobs.tcpwise.every_s" in e and "positive" in e, e
+    e = str(error_of(tmp_path, text + "when = 1\n"))
+    assert "control.jobs.tcpwise.when" in e and "unknown key" in e, e
+    e = str(error_of(tmp_path, text.replace('side = "edge"', 'side = "both"')))
+    assert "control.jobs.tcpwise.side" in e, e

@@ -10,7 +10,9 @@
  * the edge's port in the edge's network namespace:
  *   1. the client address is looked up in an LPM trie (IPv4 and IPv6 maps, filled by
  *      the edge from the Cwnd Table for the current hour), else the "others" entry;
- *   2. α or β is drawn with the entry's chance of α;
+ *   2. one IW of the entry's set is drawn: the first (α) with the entry's chance of α,
+ *      each of the others with an equal share of the rest (a set of two: α or β; the
+ *      fast start's set of five, TCP WISE §IV-C3, at chance_alpha 0.2: each 0.2);
  *   3. TCP_BPF_IW is set, and the draw is stored under the socket's cookie, where the
  *      edge reads it back for the connection's records (and deletes it).
  * Loaded and filled by crates/gearbox-bpf/src/iw.rs.
@@ -25,12 +27,14 @@ char _license[] SEC("license") = "Dual BSD/GPL";
 #define AF_INET6 10
 #define SOL_TCP 6
 #define TCP_BPF_IW 1001
+#define MAX_SET 8               /* the most IWs of one entry (gearbox_gears::tcpwise::MAX_SET) */
+#define CHANCE_ONE 1000000
 
 /* One table entry as the kernel holds it. */
 struct iw_entry {
-	__u32 alpha;            /* packets */
-	__u32 beta;             /* packets */
-	__u32 chance_alpha;     /* probability of alpha, in 1/1,000,000 */
+	__u32 iw[MAX_SET];      /* the set under test, packets: iw[0] is alpha */
+	__u32 count;            /* IWs in the set, 2..MAX_SET; 0: no entry (the default IW) */
+	__u32 chance_alpha;     /* probability of iw[0], in 1/CHANCE_ONE */
 	__u32 prefixlen;        /* of the matched prefix (for the record) */
 	__u8 addr[16];          /* the prefix's address, network order (IPv4: first 4) */
 	__u32 family;           /* AF_INET or AF_INET6; 0 for "others" */
@@ -76,7 +80,7 @@ struct {
 	__type(value, struct iw_entry);
 } prefixes_v6 SEC(".maps");
 
-/* Index 0: the "others" entry (alpha = 0: none, the kernel's default IW). */
+/* Index 0: the "others" entry (count = 0: none, the kernel's default IW). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -144,6 +148,7 @@ int gearbox_iw(struct bpf_sock_ops *skops)
 	struct iw_entry *e;
 	struct iw_draw draw = {};
 	__u64 cookie;
+	__u32 r, count, idx;
 	int iw;
 
 	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
@@ -154,10 +159,28 @@ int gearbox_iw(struct bpf_sock_ops *skops)
 	if (bpf_get_netns_cookie(skops) != cfg->netns_cookie)
 		return 1;
 	e = lookup(skops);
-	if (!e || !e->alpha)
+	if (!e || !e->count)
 		return 1;
 	draw.entry = *e;
-	iw = (bpf_get_prandom_u32() % 1000000) < e->chance_alpha ? e->alpha : e->beta;
+	count = e->count;
+	if (count > MAX_SET)
+		count = MAX_SET;
+	r = bpf_get_prandom_u32() % CHANCE_ONE;
+	if (r < e->chance_alpha || count < 2) {
+		idx = 0;
+	} else {
+		/* The others share the rest equally: r - chance is uniform in
+		 * [0, CHANCE_ONE - chance), cut into count - 1 equal parts. */
+		idx = 1 + (__u32)(((__u64)(r - e->chance_alpha) * (count - 1)) /
+				  (CHANCE_ONE - e->chance_alpha));
+		if (idx >= count)
+			idx = count - 1;
+	}
+	/* idx < count <= MAX_SET already; the mask is the bound the verifier sees, and the
+	 * empty asm keeps clang from dropping it as redundant. */
+	asm volatile("" : "+r"(idx));
+	idx &= MAX_SET - 1;
+	iw = e->iw[idx];
 	draw.iw = iw;
 	draw.setsockopt_result = bpf_setsockopt(skops, SOL_TCP, TCP_BPF_IW, &iw, sizeof(iw));
 	cookie = bpf_get_socket_cookie(skops);

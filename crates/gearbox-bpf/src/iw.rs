@@ -9,7 +9,7 @@
 //! by entry, so a connection sees an entry's old value or its new one.
 
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -21,25 +21,30 @@ const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iw.bpf.o"));
 const AF_INET: u32 = 2;
 const AF_INET6: u32 = 10;
 
+/// The most IWs one entry may hold (`MAX_SET` of `bpf/iw.bpf.c`; the Cwnd Table's limit).
+pub const MAX_SET: usize = 8;
+/// Bytes of `struct iw_entry`.
+const ENTRY_BYTES: usize = 4 * MAX_SET + 12 + 16 + 4;
+
 /// One entry of the table for the kernel: who (a prefix, or `None` for the others)
 /// and the set under test.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct IwEntry {
     /// Address and prefix length; `None`: every client no prefix matches.
     pub prefix: Option<(IpAddr, u8)>,
-    /// α and β, packets.
-    pub iw: [u32; 2],
-    /// Probability of α, in [0, 1].
+    /// The set under test, packets (2 to [`MAX_SET`]): the first is α.
+    pub iw: Vec<u32>,
+    /// Probability of α, in [0, 1]; the others share the rest equally.
     pub chance_alpha: f64,
 }
 
 /// What the kernel drew for one connection.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct IwDraw {
     /// The entry's prefix (`None`: the others).
     pub prefix: Option<(IpAddr, u8)>,
-    /// α and β of the entry.
-    pub iw_set: [u32; 2],
+    /// The entry's set, α first.
+    pub iw_set: Vec<u32>,
     /// The window drawn, packets.
     pub iw: u32,
     /// Whether the kernel accepted `TCP_BPF_IW` (0 from `bpf_setsockopt`).
@@ -63,7 +68,8 @@ fn libbpf(what: &'static str) -> impl Fn(libbpf_rs::Error) -> BpfError {
 }
 
 impl IwProgram {
-    /// Loads the program and attaches it to this process's cgroup (v2), acting on
+    /// Loads the program and attaches it to this process's cgroup (v2; see
+    /// `own_cgroup2` for a mount namespace without a cgroup2 mount), acting on
     /// connections to `port` in the network namespace of `listener` (the edge's TCP
     /// listening socket). No entries yet: every connection keeps the kernel's default
     /// until [`IwProgram::fill`].
@@ -74,13 +80,9 @@ impl IwProgram {
             what: "reading the listening socket's network-namespace cookie (SO_NETNS_COOKIE, Linux 5.14+)",
             message: e.to_string(),
         })?;
-        let cgroup_path = own_cgroup2().map_err(|message| BpfError::Environment {
-            what: "finding this process's cgroup v2",
+        let (cgroup_path, cgroup) = own_cgroup2().map_err(|message| BpfError::Environment {
+            what: "opening this process's cgroup v2",
             message,
-        })?;
-        let cgroup = std::fs::File::open(&cgroup_path).map_err(|e| BpfError::Environment {
-            what: "opening this process's cgroup",
-            message: format!("{}: {e}", cgroup_path.display()),
         })?;
         let object = libbpf_rs::ObjectBuilder::default()
             .open_memory(OBJECT)
@@ -118,16 +120,22 @@ impl IwProgram {
     }
 
     /// Makes the kernel's maps hold exactly `entries` (at most one without a prefix).
+    /// A set of more than [`MAX_SET`] IWs is refused (the Cwnd Table refuses it first).
     pub fn fill(&self, entries: &[IwEntry]) -> Result<(), BpfError> {
+        if let Some(e) = entries.iter().find(|e| e.iw.is_empty() || e.iw.len() > MAX_SET) {
+            return Err(BpfError::Environment {
+                what: "filling the TCP WISE maps",
+                message: format!(
+                    "an entry's set has {} IWs; 1 to {MAX_SET} fit the kernel's map",
+                    e.iw.len()
+                ),
+            });
+        }
         let v4 = self.map("prefixes_v4")?;
         let v6 = self.map("prefixes_v6")?;
         let mut keep_v4 = Vec::new();
         let mut keep_v6 = Vec::new();
-        let mut others = encode_entry(&IwEntry {
-            prefix: None,
-            iw: [0, 0],
-            chance_alpha: 0.0,
-        });
+        let mut others = vec![0u8; ENTRY_BYTES];
         for e in entries {
             let value = encode_entry(e);
             match e.prefix {
@@ -178,8 +186,8 @@ fn not_found(what: &str) -> BpfError {
     }
 }
 
-/// `struct iw_entry` of `bpf/iw.bpf.c`: alpha, beta, chance (1/1,000,000), prefixlen,
-/// addr[16], family; native byte order except the address.
+/// `struct iw_entry` of `bpf/iw.bpf.c`: iw[MAX_SET], count, chance (1/1,000,000),
+/// prefixlen, addr[16], family; native byte order except the address.
 fn encode_entry(e: &IwEntry) -> Vec<u8> {
     let chance = (e.chance_alpha.clamp(0.0, 1.0) * 1e6).round() as u32;
     let (len, addr, family) = match e.prefix {
@@ -191,8 +199,12 @@ fn encode_entry(e: &IwEntry) -> Vec<u8> {
         }
         Some((IpAddr::V6(a), l)) => (u32::from(l), a.octets(), AF_INET6),
     };
-    let mut v = Vec::with_capacity(36);
-    for x in [e.iw[0], e.iw[1], chance, len] {
+    let mut v = Vec::with_capacity(ENTRY_BYTES);
+    let count = e.iw.len().min(MAX_SET);
+    for k in 0..MAX_SET {
+        v.extend_from_slice(&e.iw.get(k).copied().filter(|_| k < count).unwrap_or(0).to_ne_bytes());
+    }
+    for x in [count as u32, chance, len] {
         v.extend_from_slice(&x.to_ne_bytes());
     }
     v.extend_from_slice(&addr);
@@ -200,11 +212,14 @@ fn encode_entry(e: &IwEntry) -> Vec<u8> {
     v
 }
 
-/// `struct iw_draw`: an `iw_entry` (36 bytes), the window drawn, bpf_setsockopt's result.
+/// `struct iw_draw`: an `iw_entry` ([`ENTRY_BYTES`]), the window drawn, bpf_setsockopt's result.
 fn decode_draw(raw: &[u8]) -> Option<IwDraw> {
     let u32_at = |o: usize| raw.get(o..o + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-    let (alpha, beta, len, family) = (u32_at(0)?, u32_at(4)?, u32_at(12)?, u32_at(32)?);
-    let addr: [u8; 16] = raw.get(16..32)?.try_into().ok()?;
+    let base = 4 * MAX_SET;
+    let count = (u32_at(base)? as usize).min(MAX_SET);
+    let iw_set = (0..count).map(|k| u32_at(4 * k)).collect::<Option<Vec<u32>>>()?;
+    let (len, family) = (u32_at(base + 8)?, u32_at(base + 28)?);
+    let addr: [u8; 16] = raw.get(base + 12..base + 28)?.try_into().ok()?;
     let prefix = match family {
         AF_INET => Some((IpAddr::from([addr[0], addr[1], addr[2], addr[3]]), len as u8)),
         AF_INET6 => Some((IpAddr::from(addr), len as u8)),
@@ -212,9 +227,9 @@ fn decode_draw(raw: &[u8]) -> Option<IwDraw> {
     };
     Some(IwDraw {
         prefix,
-        iw_set: [alpha, beta],
-        iw: u32_at(36)?,
-        applied: u32_at(40)? == 0,
+        iw_set,
+        iw: u32_at(ENTRY_BYTES)?,
+        applied: u32_at(ENTRY_BYTES + 4)? == 0,
     })
 }
 
@@ -232,23 +247,90 @@ fn sockopt_u64(fd: i32, opt: libc::c_int) -> std::io::Result<u64> {
     Ok(value)
 }
 
-/// This process's cgroup in the v2 hierarchy: the `0::PATH` line of
-/// `/proc/self/cgroup` under the `cgroup2` mount of `/proc/self/mountinfo`.
-fn own_cgroup2() -> Result<std::path::PathBuf, String> {
+/// This process's cgroup in the v2 hierarchy, opened, and what to call it in the log:
+/// the `0::PATH` line of `/proc/self/cgroup` under the `cgroup2` mount of
+/// `/proc/self/mountinfo`.
+///
+/// `ip netns exec` (how the lab and `gearbox emu` start the edge) runs its command in a
+/// new mount namespace with a fresh `/sys`, so no cgroup file system is mounted there
+/// although the process is still in its cgroup. Then the cgroup2 hierarchy is mounted
+/// *detached* (`fsopen`/`fsmount`, Linux 5.2+, root): a mount with no place in any file
+/// tree, seen by no other process, gone when its descriptor is closed. Its root is the
+/// root of this process's cgroup namespace, which is what `PATH` is relative to.
+fn own_cgroup2() -> Result<(std::path::PathBuf, std::os::fd::OwnedFd), String> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
     let rel = cgroups
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("this process is in no cgroup v2 (no 0:: line in /proc/self/cgroup)")?;
+        .ok_or("this process is in no cgroup v2 (no 0:: line in /proc/self/cgroup)")?
+        .trim_start_matches('/')
+        .to_string();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let mount = mounts
-        .lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).map(str::to_string))?
-        })
-        .ok_or("no cgroup2 file system is mounted")?;
-    Ok(std::path::Path::new(&mount).join(rel.trim_start_matches('/')))
+    let mount = mounts.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).map(str::to_string))?
+    });
+    if let Some(mount) = mount {
+        let path = std::path::Path::new(&mount).join(&rel);
+        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok((path, file.into()));
+    }
+    let root = detached_cgroup2_mount().map_err(|e| {
+        format!("no cgroup2 file system is mounted in this mount namespace, and mounting one detached failed: {e}")
+    })?;
+    let name = std::ffi::CString::new(if rel.is_empty() { ".".to_string() } else { rel.clone() })
+        .map_err(|_| format!("the cgroup path {rel:?} holds a NUL byte"))?;
+    // SAFETY: root is an open directory descriptor and name a valid C string.
+    let fd = unsafe {
+        libc::openat(
+            root.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cgroup {rel:?} in a detached cgroup2 mount: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    Ok((std::path::Path::new("(detached cgroup2 mount)").join(rel), fd))
+}
+
+/// The cgroup2 hierarchy as a detached mount: `fsopen("cgroup2")`, `FSCONFIG_CMD_CREATE`,
+/// `fsmount`; the descriptor of its root.
+fn detached_cgroup2_mount() -> std::io::Result<std::os::fd::OwnedFd> {
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    let check = |rc: libc::c_long| {
+        if rc < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(rc as i32)
+        }
+    };
+    // SAFETY: fsopen reads a NUL-terminated name; the result is a new descriptor we own.
+    let fs = check(unsafe { libc::syscall(libc::SYS_fsopen, c"cgroup2".as_ptr(), FSOPEN_CLOEXEC) })?;
+    // SAFETY: fs is the descriptor fsopen just returned, owned by nothing else.
+    let fs = unsafe { std::os::fd::OwnedFd::from_raw_fd(fs) };
+    // SAFETY: FSCONFIG_CMD_CREATE takes no key, value or aux.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    })?;
+    // SAFETY: fs is a configured file-system context; the result is a new descriptor.
+    let mnt = check(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0) })?;
+    // SAFETY: mnt was just returned by fsmount and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(mnt) })
 }
 
 #[cfg(test)]
@@ -259,16 +341,20 @@ mod tests {
     fn entries_and_draws_have_the_c_layout() {
         let e = IwEntry {
             prefix: Some(("10.1.2.0".parse().unwrap(), 24)),
-            iw: [10, 20],
+            iw: vec![10, 15, 20, 25, 30],
             chance_alpha: 0.25,
         };
         let mut raw = encode_entry(&e);
-        assert_eq!(raw.len(), 36);
+        assert_eq!(raw.len(), 64);
         raw.extend_from_slice(&20u32.to_ne_bytes());
         raw.extend_from_slice(&0i32.to_ne_bytes());
         let d = decode_draw(&raw).unwrap();
         assert_eq!(d.prefix, e.prefix);
-        assert_eq!((d.iw_set, d.iw, d.applied), ([10, 20], 20, true));
-        assert_eq!(u32::from_ne_bytes(raw[8..12].try_into().unwrap()), 250_000);
+        assert_eq!(
+            (d.iw_set.as_slice(), d.iw, d.applied),
+            (&[10, 15, 20, 25, 30][..], 20, true)
+        );
+        assert_eq!(u32::from_ne_bytes(raw[32..36].try_into().unwrap()), 5, "count");
+        assert_eq!(u32::from_ne_bytes(raw[36..40].try_into().unwrap()), 250_000);
     }
 }

@@ -42,12 +42,12 @@ fn passive_connections_get_the_initial_window_of_their_prefix() {
         .fill(&[
             IwEntry {
                 prefix: Some(("127.0.0.0".parse().unwrap(), 8)),
-                iw: [5, 5],
+                iw: vec![5, 5],
                 chance_alpha: 0.5,
             },
             IwEntry {
                 prefix: Some(("127.0.0.0".parse().unwrap(), 24)),
-                iw: [40, 60],
+                iw: vec![40, 60],
                 chance_alpha: 1.0,
             },
         ])
@@ -56,7 +56,7 @@ fn passive_connections_get_the_initial_window_of_their_prefix() {
     let (s, _) = listener.accept().unwrap();
     let d = program.take_draw(&s).expect("a draw for the connection");
     assert_eq!(d.prefix, Some(("127.0.0.0".parse().unwrap(), 24)));
-    assert_eq!((d.iw_set, d.iw, d.applied), ([40, 60], 40, true));
+    assert_eq!((d.iw_set.as_slice(), d.iw, d.applied), (&[40, 60][..], 40, true));
     assert_eq!(snd_cwnd(&s), 40, "TCP_BPF_IW applied before any data");
     // The draw is taken once.
     assert!(program.take_draw(&s).is_none());
@@ -65,7 +65,7 @@ fn passive_connections_get_the_initial_window_of_their_prefix() {
     program
         .fill(&[IwEntry {
             prefix: None,
-            iw: [20, 30],
+            iw: vec![20, 30],
             chance_alpha: 0.5,
         }])
         .unwrap();
@@ -79,6 +79,42 @@ fn passive_connections_get_the_initial_window_of_their_prefix() {
         seen.insert(d.iw);
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), [20, 30]);
+
+    // The fast start's set of five at chance_alpha 0.2: each IW a fifth of the time
+    // (α at its chance, the four others sharing the rest equally), each applied.
+    let set = vec![10, 15, 20, 25, 30];
+    program
+        .fill(&[IwEntry {
+            prefix: None,
+            iw: set.clone(),
+            chance_alpha: 0.2,
+        }])
+        .unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    let n = 400;
+    for _ in 0..n {
+        let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s, _) = listener.accept().unwrap();
+        let d = program.take_draw(&s).expect("the others entry applies");
+        assert_eq!(d.iw_set, set);
+        assert!(d.applied);
+        assert_eq!(snd_cwnd(&s), d.iw);
+        *counts.entry(d.iw).or_insert(0u32) += 1;
+    }
+    assert_eq!(counts.keys().copied().collect::<Vec<_>>(), set, "{counts:?}");
+    for (iw, c) in &counts {
+        // 400 draws at 0.2: mean 80, sd 8; 40..120 is five sd.
+        assert!((40..=120).contains(c), "IW {iw} drawn {c} times of {n}: {counts:?}");
+    }
+    // More than the kernel's map holds: refused.
+    let e = program
+        .fill(&[IwEntry {
+            prefix: None,
+            iw: (3..12).collect(),
+            chance_alpha: 0.5,
+        }])
+        .unwrap_err();
+    assert!(e.to_string().contains("9 IWs"), "{e}");
 
     // Another port is not the edge's: untouched.
     let other = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -48,6 +48,11 @@ pub struct EdgeArgs {
     /// file changes.
     #[arg(long, value_name = "FILE")]
     pub cwnd_table: Option<PathBuf>,
+    /// With --cwnd-table: apply the table to TCP with per-prefix routes (`ip route replace
+    /// PREFIX ... initcwnd N`, one IW per entry per learning interval) instead of the BPF
+    /// program; the edge falls back to them by itself when BPF is unavailable. Needs root.
+    #[arg(long)]
+    pub cwnd_routes: bool,
     /// Gear that re-chooses each QUIC connection's congestion controller every selection
     /// period (docs/floo.md): `floo` (the trained policy in --model-dir), `random`, or a
     /// controller name (a static baseline that switches every connection to it)
@@ -121,6 +126,9 @@ impl EdgeArgs {
         }
         if self.cwnd_table.is_some() {
             c.cwnd_table = self.cwnd_table.clone();
+        }
+        if self.cwnd_routes {
+            c.cwnd_routes = true;
         }
         if self.static_dir.is_some() {
             c.static_dir = self.static_dir.clone();

@@ -46,6 +46,10 @@ pub struct ExecArgs {
     /// Where the records go (default: standard output).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Write each connection's qlog here (conn<N>-client.sqlog and conn<N>-server.sqlog:
+    /// quinn-proto's packet, loss and recovery events, times from virtual time zero).
+    #[arg(long, value_name = "DIR")]
+    pub qlog: Option<PathBuf>,
 }
 
 /// Runs `gearbox sim ...`.
@@ -66,7 +70,8 @@ fn python(module: &str, prog: &str, args: &[String]) -> anyhow::Result<()> {
 }
 
 fn exec(a: ExecArgs) -> anyhow::Result<()> {
-    let config = SimConfig::load(&a.config)?;
+    let mut config = SimConfig::load(&a.config)?;
+    config.qlog_dir = a.qlog.clone();
     let wall = std::time::Instant::now();
     let out = gearbox_sim::run(&config)?;
     let wall = wall.elapsed();

@@ -51,6 +51,10 @@ pub struct EdgeConfig {
     /// TCP WISE's Cwnd Table (docs/tcpwise.md): the initial window per client cluster
     /// and hour, for TCP and QUIC; reloaded when the file changes.
     pub cwnd_table: Option<PathBuf>,
+    /// Apply the Cwnd Table to TCP with per-prefix routes (`initcwnd`, one IW per entry per
+    /// learning interval) even where the BPF program would attach; without BPF the edge
+    /// falls back to them by itself (docs/tcpwise.md, "The route fallback"). Needs root.
+    pub cwnd_routes: bool,
     /// Largest n that `/bytes/{n}` serves; larger asks get 400.
     pub max_bytes: u64,
     /// Directory served for paths that name a file in it.
@@ -97,6 +101,7 @@ impl Default for EdgeConfig {
             tcp_cc: Some(gearbox_cc::DEFAULT_TCP_CC),
             tcp_notsent_lowat_bytes: Some(DEFAULT_TCP_NOTSENT_LOWAT_BYTES),
             cwnd_table: None,
+            cwnd_routes: false,
             max_bytes: DEFAULT_MAX_BYTES,
             static_dir: None,
             upstream: None,
@@ -158,6 +163,13 @@ impl EdgeConfig {
                 field: "congestion",
                 message: format!("congestion.{} = {}: {}", e.field, e.value, e.reason),
             });
+        }
+        let polls_a_table = self.control.as_ref().is_some_and(|c| c.policies.is_some());
+        if self.cwnd_routes && self.cwnd_table.is_none() && !polls_a_table {
+            return invalid(
+                "cwnd_routes",
+                "applies a Cwnd Table: give --cwnd-table FILE (or poll one with --policies)".into(),
+            );
         }
         if self.idle_timeout_ms == 0 {
             return invalid("idle_timeout_ms", "must be positive".into());

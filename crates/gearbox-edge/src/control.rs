@@ -113,11 +113,11 @@ pub(crate) fn start_tcpwise(
     listener: &tokio::net::TcpListener,
 ) -> Result<Arc<TcpWise>, EdgeError> {
     if config.cwnd_table.is_some() || path.exists() {
-        return Ok(TcpWise::start(path, listener)?);
+        return Ok(TcpWise::start(path, listener, config.cwnd_routes)?);
     }
     let empty = CwndTable::parse("version = 0\ncap = 10\n").expect("the empty table is valid");
     tracing::info!(table = %path.display(), "TCP WISE: no Cwnd Table polled yet; every connection keeps the default window until one is");
-    Ok(TcpWise::start_with(path, empty, listener))
+    Ok(TcpWise::start_with(path, empty, listener, config.cwnd_routes))
 }
 
 /// The poller of the edge's policies, with the last good copy on disk already loaded.

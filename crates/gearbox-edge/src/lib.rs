@@ -24,6 +24,7 @@ pub mod config;
 pub mod control;
 pub mod floo;
 pub mod h3_ack;
+pub mod iw_route;
 pub mod limits;
 pub mod live;
 pub mod metrics;
@@ -427,6 +428,10 @@ impl Edge {
         }
         if let Some(t) = poll_task {
             t.abort();
+        }
+        if let Some(t) = &shared.tcp_iw {
+            // Routes the route fallback changed go back as they were found.
+            t.restore_routes();
         }
         shared.telemetry.finish().await;
     }

@@ -224,9 +224,14 @@ mod tests {
     }
 
     #[test]
-    fn without_tcp_flags_tcp_keeps_the_kernel_default() {
+    fn tcp_runs_cubic_by_default_and_system_keeps_the_kernel_default() {
         let gears = ConnectionGears::from_config(&crate::EdgeConfig::default());
-        assert_eq!(gears.tcp(&conn(Transport::Tcp)), None);
+        assert_eq!(gears.tcp(&conn(Transport::Tcp)), Some(TcpCc::Cubic));
+        let system = crate::EdgeConfig {
+            tcp_cc: None,
+            ..crate::EdgeConfig::default()
+        };
+        assert_eq!(ConnectionGears::from_config(&system).tcp(&conn(Transport::Tcp)), None);
         let mut iw = StaticInitialWindow { quic_packets: Some(10) };
         assert_eq!(iw.choose(&conn(Transport::Tcp), Instant::now()).choice, None);
         assert_eq!(iw.choose(&conn(Transport::Quic), Instant::now()).reason, "static:10");

@@ -7,14 +7,18 @@
 //! A reload is atomic: a file that fails to parse or validate keeps the last good table
 //! and the log says why (file, line, field). The kernel's maps hold the table as it
 //! stands in the current hour; they are refilled on reload and when the hour turns.
-//! Without root or BPF the edge says so at start and TCP connections keep the kernel's
-//! default window (QUIC still follows the table).
+//! When the BPF program cannot be attached (or `cwnd_routes` asks for it), TCP gets the
+//! table through per-prefix routes with `initcwnd`, one IW per entry per learning interval
+//! ([`crate::iw_route`]), if the edge is root; otherwise TCP connections keep the kernel's
+//! default window (QUIC still follows the table). The log says which.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use gearbox_bpf::iw::{IwEntry, IwProgram};
+
+use crate::iw_route::RouteIw;
 use gearbox_gear_api::{ClientCluster, IwChoice};
 use gearbox_gears::tcpwise::{CwndTable, Prefix, SharedTable, TableError};
 
@@ -26,6 +30,7 @@ pub struct TcpWise {
     path: PathBuf,
     table: SharedTable,
     kernel: Option<IwProgram>,
+    routes: Option<RouteIw>,
 }
 
 impl std::fmt::Debug for TcpWise {
@@ -33,6 +38,7 @@ impl std::fmt::Debug for TcpWise {
         f.debug_struct("TcpWise")
             .field("path", &self.path)
             .field("kernel", &self.kernel.is_some())
+            .field("routes", &self.routes.is_some())
             .finish()
     }
 }
@@ -48,29 +54,57 @@ impl TcpWise {
     /// Loads the table (an error names the file, line and field) and attaches the
     /// kernel program to the edge's TCP `listener` (a failure is logged: TCP keeps the
     /// kernel's default window).
-    pub fn start(path: PathBuf, listener: &tokio::net::TcpListener) -> Result<Arc<TcpWise>, TableError> {
+    pub fn start(path: PathBuf, listener: &tokio::net::TcpListener, routes: bool) -> Result<Arc<TcpWise>, TableError> {
         let table = CwndTable::load(&path)?;
-        Ok(Self::start_with(path, table, listener))
+        Ok(Self::start_with(path, table, listener, routes))
     }
 
     /// As [`TcpWise::start`], with `table` until the file at `path` appears or changes (a
     /// policies folder with no Cwnd Table yet: crate::control).
-    pub fn start_with(path: PathBuf, table: CwndTable, listener: &tokio::net::TcpListener) -> Arc<TcpWise> {
+    /// `routes`: TCP through per-prefix routes even where the BPF program would attach.
+    pub fn start_with(
+        path: PathBuf,
+        table: CwndTable,
+        listener: &tokio::net::TcpListener,
+        routes: bool,
+    ) -> Arc<TcpWise> {
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        let kernel = match IwProgram::attach(listener, port) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "TCP WISE: the kernel's initial-window program could not be attached; TCP connections keep the kernel's default initial window (QUIC follows the table)"
-                );
-                None
+        let kernel = if routes {
+            None
+        } else {
+            match IwProgram::attach(listener, port) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TCP WISE: the kernel's initial-window program could not be attached");
+                    None
+                }
+            }
+        };
+        let routes = if kernel.is_some() {
+            None
+        } else {
+            let seed = gearbox_dataplane::telemetry::unix_ms_now().to_bits();
+            match RouteIw::new(seed) {
+                Ok(r) => {
+                    tracing::warn!(
+                        "TCP WISE: TCP takes the table through per-prefix routes with initcwnd (`ip route replace PREFIX ... initcwnd N`): one IW per entry per learning interval (each new table, each hour), not per connection; records say source \"route\""
+                    );
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        "TCP WISE: no route fallback either; TCP connections keep the kernel's default initial window (QUIC follows the table)"
+                    );
+                    None
+                }
             }
         };
         let me = Arc::new(TcpWise {
             path,
             table: SharedTable::new(table),
             kernel,
+            routes,
         });
         me.fill_kernel(hour_now());
         tracing::info!(table = %me.path.display(), version = me.table.get().version, "TCP WISE Cwnd Table loaded");
@@ -85,12 +119,31 @@ impl TcpWise {
         self.fill_kernel(hour_now());
     }
 
+    /// Puts the routes the route fallback changed back as they were found (at shutdown).
+    pub fn restore_routes(&self) {
+        if let Some(r) = &self.routes {
+            r.restore_all();
+        }
+    }
+
     /// The table the QUIC gear draws from.
     pub fn table(&self) -> SharedTable {
         self.table.clone()
     }
 
     fn fill_kernel(&self, hour: u8) {
+        if let Some(routes) = &self.routes {
+            let table = self.table.get();
+            let said = routes.apply(&table, hour);
+            if !said.is_empty() {
+                tracing::info!(
+                    version = table.version,
+                    hour,
+                    routes = %said.join("; "),
+                    "TCP WISE: routes set for this learning interval"
+                );
+            }
+        }
         let Some(kernel) = &self.kernel else { return };
         let entries: Vec<IwEntry> = self
             .table
@@ -113,6 +166,10 @@ impl TcpWise {
 
     /// The initial window the kernel drew for the TCP connection on `socket`.
     pub fn tcp_draw(&self, socket: &socket2::SockRef<'_>, hour: u8) -> Option<IwChoice> {
+        if let Some(routes) = &self.routes {
+            let peer = socket.peer_addr().ok()?.as_socket()?.ip();
+            return routes.choice(&self.table.get(), peer, hour);
+        }
         let d = self.kernel.as_ref()?.take_draw(&**socket)?;
         if !d.applied {
             tracing::warn!(iw = d.iw, "TCP WISE: the kernel refused TCP_BPF_IW for a connection");

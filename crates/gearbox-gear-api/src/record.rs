@@ -174,9 +174,10 @@ pub struct IwChoice {
     /// Hour of day (UTC) the entry was chosen for; absent for a static window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hour: Option<u8>,
-    /// The set under test, α and β, packets; absent for a static window.
+    /// The set under test, α first (α and β; more for TCP WISE's fast start), packets;
+    /// absent for a static window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iw_set: Option<[u32; 2]>,
+    pub iw_set: Option<Vec<u32>>,
     /// The window this connection drew, packets.
     pub iw: u32,
     /// The `version` of the Cwnd Table it was drawn from (TCP WISE §IV-A: the learner

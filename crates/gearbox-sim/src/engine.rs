@@ -172,7 +172,9 @@ fn setup_error(e: impl std::fmt::Display) -> SimError {
 /// Server and client QUIC configs: a fresh Ed25519 certificate (fixed-size signatures,
 /// so every run's handshake has the same packet sizes), the run's controller and
 /// initial window on both ends.
-fn quic_configs(config: &SimConfig) -> Result<(Arc<dyn quinn_proto::crypto::ServerConfig>, ClientConfig), SimError> {
+fn quic_configs(
+    config: &SimConfig,
+) -> Result<(Arc<dyn quinn_proto::crypto::ServerConfig>, ClientConfig, Factory), SimError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(setup_error)?;
     let cert = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()])
@@ -210,16 +212,22 @@ fn quic_configs(config: &SimConfig) -> Result<(Arc<dyn quinn_proto::crypto::Serv
             Arc::new(NullClientConfig(client_crypto)) as Arc<dyn quinn_proto::crypto::ClientConfig>,
         ),
     };
+    let factory = cc.factory(None).map_err(setup_error)?;
     let mut client = ClientConfig::new(client_crypto);
-    client.transport_config(transport(cc.factory(None).map_err(setup_error)?));
-    Ok((server_crypto, client))
+    client.transport_config(transport(factory.clone(), None));
+    Ok((server_crypto, client, factory))
 }
 
-/// The transport config both ends use, with `factory`'s controller.
-fn transport(factory: Arc<dyn quinn_proto::congestion::ControllerFactory + Send + Sync>) -> Arc<TransportConfig> {
+/// A congestion controller factory of quinn-proto's.
+type Factory = Arc<dyn quinn_proto::congestion::ControllerFactory + Send + Sync>;
+
+/// The transport config both ends use, with `factory`'s controller and, where asked, a
+/// qlog stream of the connection's events.
+fn transport(factory: Factory, qlog: Option<quinn_proto::QlogStream>) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.congestion_controller_factory(factory)
-        .max_concurrent_bidi_streams(1024u32.into());
+        .max_concurrent_bidi_streams(1024u32.into())
+        .qlog_stream(qlog);
     Arc::new(t)
 }
 
@@ -240,6 +248,12 @@ pub(crate) struct Sim {
     client: Endpoint,
     server: Endpoint,
     client_config: ClientConfig,
+    /// The client's controller, for a connection that needs a config of its own (qlog).
+    client_factory: Factory,
+    /// Where each connection's qlog goes ([`SimConfig::qlog_dir`]).
+    qlog_dir: Option<std::path::PathBuf>,
+    /// A server connection's qlog file could not be made.
+    qlog_error: Option<SimError>,
     /// The server's TLS, the controller and its initial window: each accepted
     /// connection gets its own config, so each suite controller its own handle.
     server_crypto: Arc<dyn quinn_proto::crypto::ServerConfig>,
@@ -571,7 +585,10 @@ impl Sim {
                 })
             })
             .collect::<Result<Vec<_>, SimError>>()?;
-        let (server_crypto, client_config) = quic_configs(config)?;
+        let (server_crypto, client_config, client_factory) = quic_configs(config)?;
+        if let Some(dir) = &config.qlog_dir {
+            std::fs::create_dir_all(dir).map_err(|e| SimError::Setup(format!("qlog folder {}: {e}", dir.display())))?;
+        }
         let endpoint_config = Arc::new(EndpointConfig::default());
         // Path MTU discovery on, as quinn turns it on over a socket that sets
         // don't-fragment (Linux): the real edge and client then send datagrams of up to
@@ -592,6 +609,9 @@ impl Sim {
                 Some(seed_bytes(config.seed, 4)),
             ),
             client_config,
+            client_factory,
+            qlog_dir: config.qlog_dir.clone(),
+            qlog_error: None,
             server_crypto,
             cc: config.quic_cc().map_err(setup_error)?,
             cc_config: Arc::new(CcConfig::default()),
@@ -632,9 +652,23 @@ impl Sim {
         self.base + self.now
     }
 
+    /// A qlog stream into `name` in the qlog folder, times from the run's time zero;
+    /// None without a folder.
+    fn qlog(&self, name: String) -> Result<Option<quinn_proto::QlogStream>, SimError> {
+        let Some(dir) = &self.qlog_dir else { return Ok(None) };
+        let path = dir.join(&name);
+        let file =
+            std::fs::File::create(&path).map_err(|e| SimError::Setup(format!("qlog file {}: {e}", path.display())))?;
+        let mut q = quinn_proto::QlogConfig::default();
+        q.writer(Box::new(std::io::BufWriter::new(file)))
+            .title(Some(name))
+            .start_time(self.base);
+        Ok(q.into_stream())
+    }
+
     /// A new connection's server config: its own controller (and, for the suite's, its
     /// own switch handle), started with `initial_window` packets (`None`: the config's).
-    fn server_config(&self, initial_window: Option<u32>) -> (Arc<ServerConfig>, Option<SwitchHandle>) {
+    fn server_config(&mut self, initial_window: Option<u32>) -> (Arc<ServerConfig>, Option<SwitchHandle>) {
         let handle = matches!(self.cc, QuicCc::Suite(_)).then(SwitchHandle::new);
         let factory = self
             .cc
@@ -644,8 +678,15 @@ impl Sim {
                 handle.clone().unwrap_or_default(),
             )
             .expect("the controller and initial window were validated with the config");
+        // A qlog file that cannot be made stops the run at the next step (`qlog_error`).
+        let qlog = self
+            .qlog(format!("conn{}-server.sqlog", self.accepted))
+            .unwrap_or_else(|e| {
+                self.qlog_error = Some(e);
+                None
+            });
         let mut config = ServerConfig::with_crypto(self.server_crypto.clone());
-        config.transport_config(transport(factory));
+        config.transport_config(transport(factory, qlog));
         (Arc::new(config), handle)
     }
 
@@ -709,6 +750,9 @@ impl Sim {
             progress |= self.reconnect_stranded()?;
             progress |= self.drive_connections();
             progress |= self.deliver();
+            if let Some(e) = self.qlog_error.take() {
+                return Err(e);
+            }
             if !progress {
                 return Ok(());
             }
@@ -763,9 +807,13 @@ impl Sim {
     /// Opens a client connection on `path`.
     pub(crate) fn connect(&mut self, path: usize) -> Result<(), SimError> {
         let local = SocketAddrV4::new(client_ip(path), 50000 + self.clients.len() as u16);
+        let mut client_config = self.client_config.clone();
+        if let Some(qlog) = self.qlog(format!("conn{}-client.sqlog", self.clients.len()))? {
+            client_config.transport_config(transport(self.client_factory.clone(), Some(qlog)));
+        }
         let (handle, conn) = self
             .client
-            .connect(self.instant(), self.client_config.clone(), SERVER.into(), SERVER_NAME)
+            .connect(self.instant(), client_config, SERVER.into(), SERVER_NAME)
             .map_err(setup_error)?;
         self.by_handle.insert(handle, self.clients.len());
         self.clients.push(ClientConn {

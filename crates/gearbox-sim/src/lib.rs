@@ -78,6 +78,11 @@ pub struct SimConfig {
     /// in path order; instead of `down` and `up`.
     #[serde(default)]
     pub path: Vec<SimPath>,
+    /// Where each connection's qlog goes (`conn<N>-client.sqlog`, `conn<N>-server.sqlog`:
+    /// quinn-proto's packet, loss and recovery events, JSON-SEQ, times from the run's
+    /// virtual time zero); None: no qlog. Not read from the file: `gearbox sim exec --qlog`.
+    #[serde(skip)]
+    pub qlog_dir: Option<std::path::PathBuf>,
 }
 
 /// One path of a multipath client: its own pair of links, and client address

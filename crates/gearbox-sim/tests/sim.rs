@@ -318,3 +318,47 @@ fn a_congested_uplink_does_not_stop_the_clients_acknowledgements() {
         assert!(ratio < 1.4, "seed {seed}: {ratio:.2}x ({congested:.0} vs {open:.0} ms)");
     }
 }
+
+/// `qlog_dir` gives every connection a qlog of each end (JSON-SEQ: a header record, then one
+/// event per record), in virtual time from the run's start; a folder that cannot be made
+/// is an error naming it.
+#[test]
+fn qlog_files_hold_each_ends_packets_in_virtual_time() {
+    let dir = std::env::temp_dir().join(format!("gearbox-sim-qlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = config(&bulk(), "");
+    c.qlog_dir = Some(dir.clone());
+    let out = run(&c).unwrap();
+    let rct_ms = records(&out)[0]["rct_ms"].as_f64().unwrap();
+    for end in ["client", "server"] {
+        let text = std::fs::read_to_string(dir.join(format!("conn0-{end}.sqlog"))).unwrap();
+        // JSON-SEQ: each record starts with the RS character.
+        let events: Vec<serde_json::Value> = text
+            .split('\u{1e}')
+            .filter(|r| !r.trim().is_empty())
+            .map(|r| serde_json::from_str(r.trim()).unwrap())
+            .collect();
+        assert!(events[0].get("qlog_version").is_some(), "{end}: header {}", events[0]);
+        let sent: Vec<f64> = events
+            .iter()
+            .filter(|e| e["name"] == "transport:packet_sent")
+            .map(|e| e["time"].as_f64().unwrap())
+            .collect();
+        // 5 MB in ~1,450-byte packets from the server; the client's ACKs.
+        let least = if end == "server" { 3_000 } else { 100 };
+        assert!(sent.len() > least, "{end}: {} packets sent", sent.len());
+        // Virtual time: every event inside the simulated run, not the wall clock.
+        let last = sent.last().copied().unwrap();
+        assert!(
+            last <= rct_ms + 1_000.0,
+            "{end}: last packet at {last} ms, the download took {rct_ms} ms"
+        );
+        assert!(sent.windows(2).all(|w| w[0] <= w[1]), "{end}: times go back");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let mut c = config(&bulk(), "");
+    c.qlog_dir = Some(std::path::PathBuf::from("/proc/no-such-folder/qlog"));
+    let err = run(&c).unwrap_err().to_string();
+    assert!(err.contains("/proc/no-such-folder/qlog"), "{err}");
+}

@@ -8,7 +8,9 @@ a control plane in a data centre. The edge and the client run with `--control`: 
 their telemetry (spooled, in batches with idempotency keys) and poll their policies. The
 scenario's `[[control.push]]` entries are pushed with `gearbox control policy push GEAR DIR
 --activate`: those at 0 s before the edge starts, the others during the run, `at_s` after the
-links started.
+links started. The scenario's `[control.jobs.NAME]` are the service's `[jobs.NAME]`: learners
+on a schedule over the telemetry it stores, whose output becomes the gear's next version
+(TCP WISE's loop: edge -> telemetry -> learner -> Cwnd Table -> edge, unattended).
 
 The pieces, in the order a run uses them:
 
@@ -22,7 +24,8 @@ The pieces, in the order a run uses them:
 - `check` (root namespace, after the run): every record the edge and the client wrote to
   their files is compared with what the store holds (each exactly once), and each client
   request is counted under the policy version that chose its transport (its decision's
-  `policy=N`), each edge connection under its Cwnd Table's version.
+  `policy=N`), each edge connection under its Cwnd Table's version; each job run's outcome
+  and, for a `tcpwise` job, whether the edge went on to serve the tables it wrote.
 
 Rejected alternative: one control plane for the whole scenario in the root namespace. The
 namespaces have no route to it, and runs would share a registry, so a run's versions would
@@ -63,6 +66,7 @@ class RunControl:
     tokens: dict[str, str]
     poll_s: float
     pushes: list[dict[str, Any]] = field(default_factory=list)
+    job_gears: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -82,9 +86,26 @@ def prepare(s: Any, run_dir: Path, cert: Path, key: Path) -> RunControl:
     for spool in ("edge-spool", "client-spool", "edge-policies", "client-policies"):
         shutil.rmtree(run_dir / spool, ignore_errors=True)
     tokens = prepare_instance(d, f"0.0.0.0:{PORT}", cert, key, s.control.poll_s)
+    if s.control.jobs:
+        with (d / "control.toml").open("a") as f:
+            f.write(jobs_toml(s.control.jobs))
     pushes = [{"gear": p.gear, "dir": str(p.dir), "at_s": p.at_s} for p in s.control.pushes]
     (d / "pushes.json").write_text(json.dumps({"admin": tokens["admin"], "pushes": pushes}, indent=1))
-    return RunControl(dir=d, cert=cert, tokens=tokens, poll_s=s.control.poll_s, pushes=pushes)
+    return RunControl(
+        dir=d,
+        cert=cert,
+        tokens=tokens,
+        poll_s=s.control.poll_s,
+        pushes=pushes,
+        job_gears=sorted({str(j["gear"]) for j in s.control.jobs.values()}),
+    )
+
+
+def jobs_toml(jobs: dict[str, dict[str, Any]]) -> str:
+    """`[jobs.NAME]` tables for the service's config (already checked by the scenario's parser)."""
+    import tomli_w
+
+    return "\n" + tomli_w.dumps({"jobs": jobs})
 
 
 def _flags(c: RunControl, role: str, spool: Path) -> str:
@@ -95,7 +116,7 @@ def _flags(c: RunControl, role: str, spool: Path) -> str:
 def edge_flags(c: RunControl, run_dir: Path) -> str:
     """The edge's `--control` flags; `--policies` when the scenario pushes an edge gear."""
     flags = _flags(c, "edge", run_dir / "edge-spool")
-    if any(p["gear"] in EDGE_GEARS for p in c.pushes):
+    if any(p["gear"] in EDGE_GEARS for p in c.pushes) or any(g in EDGE_GEARS for g in c.job_gears):
         flags += f" --policies {shlex.quote(str(run_dir / 'edge-policies'))} --poll-s {c.poll_s:g}"
     return flags
 
@@ -266,13 +287,16 @@ def check(run_dir: Path) -> dict[str, Any]:
     """What the run's control plane holds against what the edge and client wrote (each record
     exactly once), the pushes, and the policy version behind each request; `ok` says whether
     every record was stored once."""
+    from gearbox.control.config import load as load_config
     from gearbox.control.store import open_store
 
     d = run_dir / "control"
+    jobs = load_config(d / "control.toml").jobs
     store = open_store("store", d)
     try:
         stored = store.records()
         peers = {p["name"]: p["policies"] for p in store.peers()}
+        runs = {name: store.runs(name) for name in jobs}
     finally:
         store.close()
 
@@ -292,21 +316,83 @@ def check(run_dir: Path) -> dict[str, Any]:
         }
     client = _lines(run_dir / "client.jsonl")
     by_policy = Counter(str(policy_version(r)) if policy_version(r) is not None else "none" for r in client)
-    edge_tables = Counter(
-        str((r.get("iw") or {}).get("table_version", "none")) for r in _lines(run_dir / "edge.jsonl") if r.get("iw")
-    )
+    edge = _lines(run_dir / "edge.jsonl")
+    edge_tables = Counter(str((r.get("iw") or {}).get("table_version", "none")) for r in edge if r.get("iw"))
     result = {
         "sides": sides,
         "pushed": _lines(d / "pushed.jsonl"),
         "client_requests_by_policy_version": dict(sorted(by_policy.items())),
-        "edge_records_by_table_version": dict(sorted(edge_tables.items())),
+        "edge_records_by_table_version": dict(sorted(edge_tables.items(), key=lambda kv: _version_key(kv[0]))),
         "peers": peers,
     }
     result["ok"] = all(s["missing"] == 0 and s["twice"] == 0 for s in sides.values()) and all(
         p.get("ok") for p in result["pushed"]
     )
+    if jobs:
+        result["jobs"] = {
+            name: [
+                {k: run[k] for k in ("started_ms", "finished_ms", "outcome", "version")}
+                | {"log_tail": (run.get("log") or "")[-600:]}
+                for run in job_runs
+            ]
+            for name, job_runs in runs.items()
+        }
+        bad = [
+            f"{name} run {i + 1}: {run['outcome']}"
+            for name, job_runs in runs.items()
+            for i, run in enumerate(job_runs)
+            if run["outcome"] not in JOB_OUTCOMES_OK and run["finished_ms"] is not None
+        ]
+        result["job_problems"] = bad
+        result["ok"] = result["ok"] and not bad
+        if any(j.gear == "tcpwise" for j in jobs.values()):
+            loop = tcpwise_loop(edge)
+            result["tcpwise_loop"] = loop
+            result["ok"] = result["ok"] and loop["advanced"]
     (run_dir / "control.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+# A job run that did what it should: pushed and activated (or held) a version, or had no output.
+# A run the end of the lab run cut short (no `finished_ms`: the service was stopped) is no fault.
+JOB_OUTCOMES_OK = ("activated", "held", "no_output")
+
+
+def _version_key(v: str) -> tuple[int, int | str]:
+    return (0, int(v)) if v.isdigit() else (1, v)
+
+
+def tcpwise_loop(edge: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether TCP WISE's loop closed in a run: the Cwnd Table versions the edge served, in
+    the order it first served them, with the IW sets each served (per transport) and when; the
+    loop `advanced` when the edge served a later table than its first, and `moved` when a later
+    table's records carry an IW set the first table's did not."""
+    served = [r for r in edge if isinstance(r.get("iw"), dict) and r["iw"].get("table_version") is not None]
+    served.sort(key=lambda r: r.get("time_unix_ms") or 0)
+    versions: dict[int, dict[str, Any]] = {}
+    for r in served:
+        iw = r["iw"]
+        v = versions.setdefault(
+            int(iw["table_version"]),
+            {"first_unix_ms": r.get("time_unix_ms"), "records": 0, "iw_sets": {}, "sources": {}},
+        )
+        v["records"] += 1
+        key = f"{iw.get('cluster', '?')} {iw.get('iw_set')}"
+        v["iw_sets"][key] = v["iw_sets"].get(key, 0) + 1
+        v["sources"][iw.get("source", "?")] = v["sources"].get(iw.get("source", "?"), 0) + 1
+    order = sorted(versions, key=lambda v: versions[v]["first_unix_ms"] or 0)
+    sets: dict[bool, set[tuple[int, ...]]] = {True: set(), False: set()}
+    for r in served:
+        sets[bool(order) and int(r["iw"]["table_version"]) == order[0]].add(tuple(r["iw"].get("iw_set") or ()))
+    first_sets, later_sets = sets[True], sets[False]
+    return {
+        "versions": {str(v): versions[v] for v in order},
+        "first_version": order[0] if order else None,
+        "last_version": order[-1] if order else None,
+        "advanced": len(order) > 1 and order[-1] > order[0],
+        "moved": bool(later_sets - first_sets),
+        "new_iw_sets": sorted(list(s) for s in later_sets - first_sets),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

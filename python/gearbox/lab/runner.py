@@ -198,6 +198,14 @@ def run_one(
             )
             if not all(p.get("ok") for p in checked["pushed"]):
                 message += "; a policy push failed (control/pushes.log)"
+            if checked.get("job_problems"):
+                message += "; learner jobs: " + ", ".join(checked["job_problems"]) + " (control.json)"
+            loop = checked.get("tcpwise_loop")
+            if loop is not None and not loop["advanced"]:
+                message += (
+                    "; the TCP WISE loop did not close: the edge served Cwnd Table versions "
+                    f"{list(loop['versions'])} and none a job wrote after its first"
+                )
             if "error" in checked:
                 message += f"; the store could not be read: {checked['error']} (control/serve.log)"
     fallback = [d for name in ("client.jsonl", "edge.jsonl") for d in without_model(read_records(run.dir / name))]

@@ -1,5 +1,6 @@
 //! The TCP WISE gear at accept (TCP WISE §IV-A, Connection Manager): each new
-//! connection draws α or β from its cluster's entry in the current Cwnd Table.
+//! connection draws one IW of its cluster's set in the current Cwnd Table (α at the
+//! entry's chance, the others sharing the rest equally: [`View::draw`](super::View::draw)).
 //!
 //! The table is shared with whoever reloads it (the edge watches the file): a reload
 //! swaps the whole table at once, so a connection sees either the old table or the
@@ -64,22 +65,22 @@ impl InitialWindowGear for TcpWiseGear {
         let Some(view) = table.lookup(conn.client_addr.ip(), hour) else {
             return Decision::new(None, format!("tcpwise:v{}:no-entry", table.version));
         };
-        let alpha = self.rng.random::<f64>() < view.chance_alpha;
-        let iw = if alpha { view.iw[0] } else { view.iw[1] };
+        let (k, iw) = view.draw(self.rng.random::<f64>());
         let cluster = match view.prefix {
             Prefix::Others => "others".to_string(),
             p => p.to_string(),
         };
-        let reason = format!(
-            "tcpwise:v{}:{cluster}:{}:{iw}",
-            table.version,
-            if alpha { "alpha" } else { "beta" }
-        );
+        let which = match k {
+            0 => "alpha".to_string(),
+            1 => "beta".to_string(),
+            k => format!("iw{k}"),
+        };
+        let reason = format!("tcpwise:v{}:{cluster}:{which}:{iw}", table.version);
         Decision::new(
             Some(IwChoice {
                 cluster: Some(cluster),
                 hour: Some(hour),
-                iw_set: Some(view.iw),
+                iw_set: Some(view.iw.clone()),
                 iw,
                 table_version: Some(table.version),
                 source: "table".into(),
@@ -123,7 +124,7 @@ mod tests {
         assert_eq!(choice.cluster.as_deref(), Some("10.1.2.0/24"));
         assert_eq!(
             (choice.hour, choice.iw_set, choice.source.as_str()),
-            (Some(13), Some([10, 20]), "table")
+            (Some(13), Some(vec![10, 20]), "table")
         );
         assert!(d.reason.starts_with("tcpwise:v1:10.1.2.0/24:"), "{}", d.reason);
 
@@ -132,6 +133,24 @@ mod tests {
         );
         let after = gear.choose(&c, Instant::now()).choice.unwrap();
         assert_eq!((after.iw, after.cluster.as_deref()), (30, Some("others")));
+        // The fast start's five IWs: α at its chance, the four others equally (QUIC).
+        table.set(
+            CwndTable::parse(
+                "version = 3\ncap = 100\n[[cluster]]\nprefix = \"others\"\niw = [10, 15, 20, 25, 30]\nchance_alpha = 0.2\n",
+            )
+            .unwrap(),
+        );
+        let mut counts = std::collections::BTreeMap::new();
+        for _ in 0..5000 {
+            let c = gear.choose(&c, Instant::now()).choice.unwrap();
+            assert_eq!(c.iw_set, Some(vec![10, 15, 20, 25, 30]));
+            *counts.entry(c.iw).or_insert(0usize) += 1;
+        }
+        assert_eq!(counts.keys().copied().collect::<Vec<_>>(), vec![10, 15, 20, 25, 30]);
+        for (iw, n) in &counts {
+            let share = *n as f64 / 5000.0;
+            assert!((share - 0.2).abs() < 0.03, "IW {iw}: share {share}");
+        }
         // TCP: the kernel draws.
         assert_eq!(
             gear.choose(&conn("10.1.2.9", Transport::Tcp), Instant::now()).choice,

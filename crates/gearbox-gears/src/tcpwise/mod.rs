@@ -2,8 +2,8 @@
 //! gives each new connection its initial window from it.
 //!
 //! The table holds, per client cluster (an address prefix, TCP WISE's /24) and hour of
-//! day, the two initial windows under test, α and β, and the chance of each; every
-//! connection draws one (§IV-A, "A/B testing"). The learner (`gearbox learn tcpwise`,
+//! day, the initial windows under test, α and β (more for the fast start, §IV-C3), and
+//! the chance of α; every connection draws one (§IV-A, "A/B testing"). The learner (`gearbox learn tcpwise`,
 //! §IV-C) writes the next table from the records of these draws; the edge reloads it.
 //! The file format is docs/tcpwise.md's.
 
@@ -11,4 +11,4 @@ mod gear;
 mod table;
 
 pub use gear::{SharedTable, TcpWiseGear};
-pub use table::{CwndTable, Entry, Prefix, TableError, View, MAX_CAP, MIN_IW};
+pub use table::{CwndTable, Entry, Prefix, TableError, View, MAX_CAP, MAX_SET, MIN_IW};

@@ -14,6 +14,9 @@ use serde::Deserialize;
 pub const MIN_IW: u32 = 3;
 /// The largest `cap` a table may declare, packets.
 pub const MAX_CAP: u32 = 1000;
+/// The most IWs one entry's set may hold (the fast start's five, TCP WISE §IV-C3, fit;
+/// the kernel's map holds this many, `gearbox_bpf::iw::MAX_SET`).
+pub const MAX_SET: usize = 8;
 
 /// A client address prefix, or `others` (every client no prefix matches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,9 +119,9 @@ pub struct Entry {
     pub prefix: Prefix,
     /// For which hour of day (UTC); `None`: every hour without an entry of its own.
     pub hour: Option<u8>,
-    /// α and β, packets.
-    pub iw: [u32; 2],
-    /// Probability a connection draws α.
+    /// The set under test, packets: α first, then β (and more, e.g. the fast start's).
+    pub iw: Vec<u32>,
+    /// Probability a connection draws α; the others share the rest equally.
     pub chance_alpha: f64,
     /// The learner's current best, if it wrote one.
     pub best: Option<u32>,
@@ -138,14 +141,29 @@ pub struct CwndTable {
 }
 
 /// What a client gets in a given hour.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct View {
     /// The entry's prefix that matched (`Others` when none did).
     pub prefix: Prefix,
-    /// α and β.
-    pub iw: [u32; 2],
+    /// The set, α first.
+    pub iw: Vec<u32>,
     /// Probability of α.
     pub chance_alpha: f64,
+}
+
+impl View {
+    /// The IW a connection draws for `u`, uniform in [0, 1): α when `u < chance_alpha`,
+    /// else one of the others, each with an equal share of `1 - chance_alpha` (for two
+    /// IWs: β). The BPF program draws the same way (`bpf/iw.bpf.c`).
+    pub fn draw(&self, u: f64) -> (usize, u32) {
+        let n = self.iw.len();
+        if n < 2 || u < self.chance_alpha {
+            return (0, self.iw[0]);
+        }
+        let rest = ((u - self.chance_alpha) / (1.0 - self.chance_alpha) * (n - 1) as f64) as usize;
+        let k = 1 + rest.min(n - 2);
+        (k, self.iw[k])
+    }
 }
 
 /// A table file that cannot be used; the message names the file, line and field.
@@ -175,7 +193,7 @@ struct RawTable {
 struct RawEntry {
     prefix: String,
     hour: Option<u8>,
-    iw: [u32; 2],
+    iw: Vec<u32>,
     chance_alpha: Option<f64>,
     best: Option<u32>,
     reason: Option<String>,
@@ -209,6 +227,15 @@ impl CwndTable {
             if let Some(h) = e.hour.filter(|&h| h > 23) {
                 return Err(at("hour", format!("must be 0..=23, got {h}")));
             }
+            if e.iw.len() < 2 || e.iw.len() > MAX_SET {
+                return Err(at(
+                    "iw",
+                    format!(
+                        "must hold 2 to {MAX_SET} IWs (α, β, ...; [n, n] for one), got {}",
+                        e.iw.len()
+                    ),
+                ));
+            }
             for (k, &w) in e.iw.iter().enumerate() {
                 if w < MIN_IW || w > raw.cap {
                     return Err(at(
@@ -233,7 +260,7 @@ impl CwndTable {
             entries.push(Entry {
                 prefix,
                 hour: e.hour,
-                iw: e.iw,
+                iw: e.iw.clone(),
                 chance_alpha,
                 best: e.best,
                 reason: e.reason.clone(),
@@ -270,7 +297,7 @@ impl CwndTable {
             .or_else(|| self.entries.iter().filter(fits).find(|e| e.prefix.is_others()))
             .map(|e| View {
                 prefix: e.prefix,
-                iw: e.iw,
+                iw: e.iw.clone(),
                 chance_alpha: e.chance_alpha,
             })
     }
@@ -284,7 +311,7 @@ impl CwndTable {
             if !out.iter().any(|v| v.prefix == e.prefix) {
                 out.push(View {
                     prefix: e.prefix,
-                    iw: e.iw,
+                    iw: e.iw.clone(),
                     chance_alpha: e.chance_alpha,
                 });
             }
@@ -334,19 +361,61 @@ iw = [40, 45]
         assert_eq!(t.version, 3);
         let v = t.lookup(ip("10.1.2.7"), 5).unwrap();
         assert_eq!(
-            (v.prefix.to_string(), v.iw, v.chance_alpha),
-            ("10.1.2.0/24".into(), [20, 25], 0.25)
+            (v.prefix.to_string(), v.iw.as_slice(), v.chance_alpha),
+            ("10.1.2.0/24".into(), &[20, 25][..], 0.25)
         );
         assert_eq!(t.lookup(ip("10.1.2.7"), 13).unwrap().iw, [30, 35]);
         assert_eq!(t.lookup(ip("10.1.9.7"), 13).unwrap().iw, [10, 15]);
         let o = t.lookup(ip("192.0.2.1"), 13).unwrap();
-        assert_eq!((o.prefix, o.iw), (Prefix::Others, [10, 10]));
+        assert_eq!((o.prefix, o.iw), (Prefix::Others, vec![10, 10]));
         assert_eq!(t.lookup(ip("2001:db8:1:5::1"), 0).unwrap().iw, [40, 45]);
         // An IPv4-mapped IPv6 client matches IPv4 prefixes.
         assert_eq!(t.lookup(ip("::ffff:10.1.2.7"), 5).unwrap().iw, [20, 25]);
-        let hour13: Vec<_> = t.for_hour(13).iter().map(|v| (v.prefix.to_string(), v.iw)).collect();
-        assert!(hour13.contains(&("10.1.2.0/24".into(), [30, 35])));
+        let hour13: Vec<_> = t
+            .for_hour(13)
+            .into_iter()
+            .map(|v| (v.prefix.to_string(), v.iw))
+            .collect();
+        assert!(hour13.contains(&("10.1.2.0/24".into(), vec![30, 35])));
         assert_eq!(hour13.len(), 4, "{hour13:?}");
+    }
+
+    #[test]
+    fn the_fast_start_set_is_accepted_and_drawn_alpha_at_its_chance_the_rest_equally() {
+        let t = CwndTable::parse(
+            "version = 1\ncap = 100\n[[cluster]]\nprefix = \"others\"\niw = [10, 15, 20, 25, 30]\nchance_alpha = 0.2\n",
+        )
+        .unwrap();
+        let v = t.lookup(ip("192.0.2.1"), 3).unwrap();
+        assert_eq!(v.iw, vec![10, 15, 20, 25, 30]);
+        // u in [0, 1): α below 0.2, then four equal parts of 0.2 each.
+        let at = |u: f64| v.draw(u).1;
+        assert_eq!(
+            [
+                at(0.0),
+                at(0.19),
+                at(0.21),
+                at(0.39),
+                at(0.41),
+                at(0.61),
+                at(0.81),
+                at(0.999_999)
+            ],
+            [10, 10, 15, 15, 20, 25, 30, 30]
+        );
+        // Two IWs: β is the rest; chance 1: always α.
+        let two = View {
+            prefix: Prefix::Others,
+            iw: vec![10, 15],
+            chance_alpha: 0.5,
+        };
+        assert_eq!((two.draw(0.49).1, two.draw(0.5).1, two.draw(0.999).1), (10, 15, 15));
+        let one = View {
+            prefix: Prefix::Others,
+            iw: vec![10, 15, 20],
+            chance_alpha: 1.0,
+        };
+        assert_eq!(one.draw(0.999_999).1, 10);
     }
 
     #[test]
@@ -376,6 +445,15 @@ iw = [40, 45]
             "{}",
             bad(dup)
         );
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5, 6, 7, 8, 9, 10, 11, 12, 13]\n");
+        assert!(
+            e.contains("line 3: cluster[0].iw: must hold 2 to 8 IWs") && e.contains("got 9"),
+            "{e}"
+        );
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5]\n");
+        assert!(e.contains("cluster[0].iw: must hold 2 to 8"), "{e}");
+        let e = bad("version = 1\ncap = 50\n[[cluster]]\nprefix = \"others\"\niw = [5, 6, 7, 80]\n");
+        assert!(e.contains("cluster[0].iw[3]") && e.contains("got 80"), "{e}");
         let e = bad("version = 1\ncap = 50\nwindow = 3\n");
         assert!(e.contains("window"), "{e}");
     }

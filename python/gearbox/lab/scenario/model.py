@@ -134,6 +134,9 @@ class ControlSpec:
 
     poll_s: float = 1.0
     pushes: list[PolicyPush] = field(default_factory=list)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """`[control.jobs.NAME]`: the service's `[jobs.NAME]` (docs/control.md, "Learners on a
+    schedule"), `{scenario}` in a command already replaced by the scenario's folder."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from gearbox.lab.scenario.model import (
     TraceRef,
     WorkloadSpec,
 )
-from gearbox.lab.scenario.reader import MISSING, ScenarioError, Table, check_knob
+from gearbox.lab.scenario.reader import MISSING, ScenarioError, Table, check_knob, kind_of
 from gearbox.lab.scenario.vocabulary import (
     BUILTIN_POLICIES,
     BUILTIN_WORKLOADS,
@@ -117,8 +117,35 @@ def _control(t: Table, base: Path, s: Scenario) -> ControlSpec:
             raise pt.error("at_s", f"must be in [0, duration_s = {s.duration_s:g}), got {at_s:g}")
         c.pushes.append(PolicyPush(gear=gear, dir=d, at_s=at_s))
         pt.done()
+    c.jobs = _control_jobs(t, base)
     t.done()
     return c
+
+
+def _control_jobs(t: Table, base: Path) -> dict[str, dict[str, Any]]:
+    """`[control.jobs.NAME]`, checked as the control plane checks its `[jobs]` (same keys and
+    messages); `{scenario}` in a command becomes the scenario's folder, so a learner's config
+    file can sit beside the scenario."""
+    from gearbox.control.config import ConfigError
+    from gearbox.control.config import parse as parse_control
+
+    jobs = t.raw("jobs", {})
+    if not isinstance(jobs, dict):
+        raise t.error("jobs", f"must be a table of [control.jobs.NAME] tables, got {kind_of(jobs)}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, j in jobs.items():
+        if isinstance(j, dict) and isinstance(j.get("command"), list):
+            folder = str(base.resolve())
+            j = {**j, "command": [c.replace("{scenario}", folder) if isinstance(c, str) else c for c in j["command"]]}
+        out[name] = j
+    try:
+        parse_control({"jobs": out}, None)
+    except ConfigError as e:
+        # "<config>: [jobs.NAME].key: ..." -> this file's control.jobs.NAME.key
+        msg = str(e).removeprefix("<config>: ")
+        where, _, reason = msg.partition(": ")
+        raise t.error(where.strip("[").replace("]", ""), reason or msg) from None
+    return out
 
 
 def _resolved(t: Table, key: str, base: Path, value: str) -> Path:
