@@ -169,6 +169,10 @@ class SimSession:
     def __init__(self, config: str, name: str = "<config>") -> None: ...
     def advance(self, seconds: float) -> bool:
         """Runs `seconds` of simulated time; returns whether the run is finished."""
+    def set_cwnd_table(self, table: str | None, seed: int = 0, name: str = "<cwnd table>") -> None:
+        """Each connection accepted from now on draws its initial window from this Cwnd Table
+        (TOML text) as the edge's QUIC gear does; its records carry the `iw` object. None:
+        the config's `initial_window` again."""
     @property
     def now_s(self) -> float: ...
     @property

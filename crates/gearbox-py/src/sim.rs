@@ -5,8 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use gearbox_cc::{Cca, SwitchMode};
-use gearbox_gear_api::CcaPeriodGear;
+use gearbox_gear_api::{CcaPeriodGear, InitialWindowGear};
 use gearbox_gears::floo::{observation, FixedCca, FlooGear, RandomCca, FEATURE_NAMES};
+use gearbox_gears::tcpwise::{CwndTable, SharedTable, TcpWiseGear};
 use gearbox_sim::{Session, SimConfig};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -35,6 +36,24 @@ impl PySimSession {
         Ok(PySimSession {
             session: Session::new(&config).map_err(sim_error)?,
         })
+    }
+
+    /// Gives every connection accepted from now on its initial window from a Cwnd Table
+    /// (TOML text, docs/tcpwise.md), drawn per connection by the edge's own QUIC gear
+    /// (`gearbox_gears::tcpwise::TcpWiseGear`, TCP WISE §IV-A) seeded by `seed`; each
+    /// record of such a connection carries the edge's `iw` object. `None` goes back to
+    /// the config's `initial_window`. A bad table raises `ValueError` naming `name`.
+    #[pyo3(signature = (table, seed = 0, name = "<cwnd table>"))]
+    fn set_cwnd_table(&mut self, table: Option<&str>, seed: u64, name: &str) -> PyResult<()> {
+        let gear = match table {
+            None => None,
+            Some(text) => {
+                let table = CwndTable::parse(text).map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
+                Some(Box::new(TcpWiseGear::new(SharedTable::new(table), seed)) as Box<dyn InitialWindowGear>)
+            }
+        };
+        self.session.set_initial_window_gear(gear);
+        Ok(())
     }
 
     /// Runs `seconds` of simulated time; returns whether the run is finished.

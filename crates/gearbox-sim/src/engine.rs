@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use gearbox_cc::{CcConfig, Cca, QuicCc, SwitchHandle, SwitchMode};
 use gearbox_gear_api::{
-    CcaPeriodGear, ClientRecord, ConnectionStats, Protocol, Side, Transport, TransportSnapshot, SCHEMA_VERSION,
+    AcceptedConnection, CcaPeriodGear, ClientRecord, ConnectionStats, InitialWindowGear, IwChoice, Protocol, Side,
+    Transport, TransportSnapshot, SCHEMA_VERSION,
 };
 use gearbox_link::Link;
 use gearbox_workload::{Limit, Request, WorkloadSpec};
@@ -259,6 +260,11 @@ pub(crate) struct Sim {
     cc: QuicCc,
     cc_config: Arc<CcConfig>,
     initial_window: Option<u32>,
+    /// Chooses each accepted connection's initial window, as the edge's QUIC gear does
+    /// at accept (TCP WISE §IV-A); `None`: every connection gets `initial_window`.
+    iw_gear: Option<Box<dyn InitialWindowGear>>,
+    /// The gear's choice per connection (accept order), for its records' `iw` object.
+    iw_choices: HashMap<usize, IwChoice>,
     accepted: usize,
     pub(crate) clients: Vec<ClientConn>,
     by_handle: HashMap<ConnectionHandle, usize>,
@@ -542,6 +548,15 @@ impl Session {
         Ok(run)
     }
 
+    /// Gives every connection accepted from now on its initial window from `gear`, as the
+    /// edge's QUIC initial-window gear does at accept (TCP WISE §IV-A: the Connection
+    /// Manager); the records of those connections carry the choice as the edge's do
+    /// (an `iw` object). `None` goes back to the config's `initial_window`. A gear that
+    /// answers `None` for a connection leaves it the config's window.
+    pub fn set_initial_window_gear(&mut self, gear: Option<Box<dyn InitialWindowGear>>) {
+        self.sim.iw_gear = gear;
+    }
+
     /// Client records (JSON lines) of the requests finished since the previous call.
     pub fn take_records(&mut self) -> Vec<String> {
         let new = self.sim.records[self.sim.taken..].to_vec();
@@ -601,6 +616,8 @@ impl Sim {
             cc: config.quic_cc().map_err(setup_error)?,
             cc_config: Arc::new(CcConfig::default()),
             initial_window: config.initial_window,
+            iw_gear: None,
+            iw_choices: HashMap::new(),
             accepted: 0,
             clients: Vec::new(),
             by_handle: HashMap::new(),
@@ -650,12 +667,16 @@ impl Sim {
     }
 
     /// A new connection's server config: its own controller (and, for the suite's, its
-    /// own switch handle).
-    fn server_config(&mut self) -> (Arc<ServerConfig>, Option<SwitchHandle>) {
+    /// own switch handle), started with `initial_window` packets (`None`: the config's).
+    fn server_config(&mut self, initial_window: Option<u32>) -> (Arc<ServerConfig>, Option<SwitchHandle>) {
         let handle = matches!(self.cc, QuicCc::Suite(_)).then(SwitchHandle::new);
         let factory = self
             .cc
-            .factory_with(&self.cc_config, self.initial_window, handle.clone().unwrap_or_default())
+            .factory_with(
+                &self.cc_config,
+                initial_window.or(self.initial_window),
+                handle.clone().unwrap_or_default(),
+            )
             .expect("the controller and initial window were validated with the config");
         // A qlog file that cannot be made stops the run at the next step (`qlog_error`).
         let qlog = self
@@ -986,8 +1007,12 @@ impl Sim {
             match self.server.handle(now, src, None, None, data, &mut self.buf) {
                 Some(DatagramEvent::NewConnection(incoming)) => {
                     self.buf.clear();
-                    let (config, handle) = self.server_config();
+                    let choice = self.choose_initial_window(incoming.remote_address());
+                    let (config, handle) = self.server_config(choice.as_ref().map(|c| c.iw));
                     if let Ok((h, conn)) = self.server.accept(incoming, now, &mut self.buf, Some(config)) {
+                        if let Some(choice) = choice {
+                            self.iw_choices.insert(self.accepted, choice);
+                        }
                         self.servers.insert(
                             h,
                             ServerConn {
@@ -1032,6 +1057,16 @@ impl Sim {
             }
         }
         progress
+    }
+
+    /// The initial window the gear (if any) gives a connection from `client` accepted
+    /// now; the simulated clock counts from the Unix epoch, so the hour of day is that of
+    /// the simulated time.
+    fn choose_initial_window(&mut self, client: SocketAddr) -> Option<IwChoice> {
+        let gear = self.iw_gear.as_mut()?;
+        let time_unix_ms = self.now.as_secs_f64() * 1e3;
+        let conn = AcceptedConnection::new(self.accepted as u64 + 1, client, Transport::Quic, time_unix_ms);
+        gear.choose(&conn, self.base + self.now).choice
     }
 
     /// Writes the records of requests whose response is complete.
@@ -1119,6 +1154,9 @@ impl Sim {
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("source".into(), "sim".into());
+            if let Some(choice) = self.iw_choices.get(&p.conn) {
+                o.insert("iw".into(), serde_json::to_value(choice).unwrap_or_default());
+            }
         }
         v.to_string()
     }

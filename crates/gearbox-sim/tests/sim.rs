@@ -237,6 +237,58 @@ fn a_zero_selection_period_is_refused() {
     assert!(err.to_string().contains("selection period"), "{err}");
 }
 
+#[test]
+fn a_cwnd_table_gives_each_connection_its_own_initial_window_and_the_records_say_which() {
+    use gearbox_gears::tcpwise::{CwndTable, SharedTable, TcpWiseGear};
+    let workload = format!("{}/tests/data/tcpwise-100kb.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "seed = 7\nduration_s = 120.0\ninitial_window = 10\nworkload = \"{workload}\"\n\
+         [down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n"
+    );
+    let cfg = SimConfig::parse(&text, Path::new("test.toml")).unwrap();
+    let table = "version = 3\ncap = 100\n[[cluster]]\nprefix = \"10.0.0.0/24\"\niw = [4, 60]\n";
+    let mut s = gearbox_sim::Session::new(&cfg).unwrap();
+    // The first 30 s without a gear: the config's window, no `iw` object.
+    s.advance(std::time::Duration::from_secs(30)).unwrap();
+    let before: Vec<serde_json::Value> = s
+        .take_records()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(before.len() > 20, "{} records", before.len());
+    assert!(before.iter().all(|r| r.get("iw").is_none()));
+    let gear = TcpWiseGear::new(SharedTable::new(CwndTable::parse(table).unwrap()), 5);
+    s.set_initial_window_gear(Some(Box::new(gear)));
+    s.advance(std::time::Duration::from_secs(200)).unwrap();
+    let after: Vec<serde_json::Value> = s
+        .take_records()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r.get("iw").is_some())
+        .collect();
+    assert!(after.len() > 40, "{} records with iw", after.len());
+    let mean = |iw: u64| {
+        let v: Vec<f64> = after
+            .iter()
+            .filter(|r| r["iw"]["iw"] == iw)
+            .map(|r| r["rct_ms"].as_f64().unwrap() - r["handshake_ms"].as_f64().unwrap())
+            .collect();
+        assert!(v.len() > 10, "IW {iw} drawn {} times", v.len());
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let r = &after[0];
+    assert_eq!(r["iw"]["cluster"], "10.0.0.0/24");
+    assert_eq!(r["iw"]["iw_set"], serde_json::json!([4, 60]));
+    assert_eq!(
+        (r["iw"]["source"].as_str(), r["iw"]["table_version"].as_u64()),
+        (Some("table"), Some(3))
+    );
+    // 100 KB over 10 Mbit/s and 40 ms: IW 4 needs about five round trips of slow start,
+    // IW 60 (72 KB) about two, so the two windows really were applied.
+    let (small, large) = (mean(4), mean(60));
+    assert!(small > large + 40.0, "IW 4 {small:.1} ms vs IW 60 {large:.1} ms");
+}
+
 /// A client whose uploads fill its congestion window still acknowledges the server's data:
 /// packets that carry only ACK frames are not congestion controlled (RFC 9002 §7). quinn-proto
 /// 0.11 sent no ACK while the connection had data blocked by its window or its pacer, so on a

@@ -8,6 +8,7 @@
     gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
     gearbox lab floo evaluate                               (python/gearbox/floo)
     gearbox lab sailfish evaluate                           (python/gearbox/sailfish)
+    gearbox lab tcpwise evaluate                            (python/gearbox/tcpwise/evaluate.py)
     gearbox lab flexhttp dataset|train|evaluate             (python/gearbox/flexhttp/lab.py)
 
 The schema of scenario files and the layout of OUT_DIR are in docs/lab.md.
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
     sub.add_parser("flexhttp", help="FlexHTTP data, classifiers, evaluation (gearbox lab flexhttp --help)")
     sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
+    sub.add_parser("tcpwise", help="TCP WISE's ground truth and convergence (gearbox lab tcpwise evaluate --help)")
     return p
 
 
@@ -159,6 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         from gearbox.sailfish.evaluate import main as sailfish_evaluate
 
         return sailfish_evaluate(raw[2:])
+    if raw[:1] == ["tcpwise"]:  # TCP WISE's evaluation parses its own arguments
+        if raw[1:2] != ["evaluate"]:
+            print(
+                "gearbox lab tcpwise: the subcommand is `evaluate` (gearbox lab tcpwise evaluate --help)",
+                file=sys.stderr,
+            )
+            return 2
+        from gearbox.tcpwise.evaluate import main as tcpwise_evaluate
+
+        return tcpwise_evaluate(raw[2:])
     if raw[:1] == ["wisetrans"]:  # the WiseTrans pipelines parse their own arguments
         from gearbox.wisetrans.__main__ import main as wisetrans_main
 

@@ -26,6 +26,7 @@ mod process;
 mod report;
 mod sailfish;
 mod sim;
+mod tcpwise;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -62,6 +63,10 @@ pub enum Bench {
     /// The path schedulers: cost per stream-to-path decision of the SAILfish policy and
     /// of the heuristics (docs/sailfish.md).
     Sailfish(sailfish::SailfishBenchArgs),
+    /// The TCP WISE gear at scale: Cwnd Table size, lookup and draw per connection (Rust),
+    /// and one learning iteration of the learner (Python) over thousands of clusters x 24
+    /// hours (docs/tcpwise.md).
+    Tcpwise(tcpwise::TcpwiseBenchArgs),
     /// Many connections at once: 10,000 idle TLS/TCP and 10,000 idle QUIC connections held,
     /// then 1,000 active clients of the `app` workload over HTTP/2 and HTTP/3; request rate,
     /// p99 latency, the server's memory and file descriptors, beside caddy (docs/reliability.md).
@@ -105,6 +110,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         Bench::Sim(s) => sim::run(s),
         Bench::Floo(f) => floo::run(f),
         Bench::Sailfish(f) => sailfish::run(f),
+        Bench::Tcpwise(t) => tcpwise::run(t),
         Bench::Load(l) => load::run(l),
         Bench::Control(c) => crate::control_cmd::bench(c),
     }
