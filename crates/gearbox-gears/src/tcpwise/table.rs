@@ -1,10 +1,12 @@
 //! The Cwnd Table file (docs/tcpwise.md): parsing, validation and lookup.
 //!
-//! Prefixes are matched by hand (mask and compare, longest first) rather than with an
-//! IP-prefix crate: the table holds at most a few thousand entries, the edge looks one
-//! up per connection, and the kernel side does its own match in a BPF LPM trie; two
-//! dozen lines do not justify a dependency.
+//! Prefixes are matched by hand rather than with an IP-prefix crate: the table is
+//! indexed by prefix, and a lookup masks the client's address to each prefix length the
+//! table uses, longest first (a few hash lookups, whatever the table's size; TCP WISE's
+//! population is thousands of /24s x 24 hours); the kernel side does its own match in a
+//! BPF LPM trie. That is a few dozen lines, not a dependency.
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -130,7 +132,7 @@ pub struct Entry {
 }
 
 /// A validated Cwnd Table.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct CwndTable {
     /// Increases with every table the learner writes.
     pub version: u64,
@@ -138,6 +140,17 @@ pub struct CwndTable {
     pub cap: u32,
     /// Entries, longest prefix first (then hour-specific before hourless).
     entries: Vec<Entry>,
+    /// Each prefix's entries (indices into `entries`, hour-specific first).
+    by_prefix: HashMap<Prefix, Vec<usize>>,
+    /// The prefix lengths the table uses, per family (`true`: IPv4), longest first.
+    lengths: Vec<(bool, u8)>,
+}
+
+impl PartialEq for CwndTable {
+    fn eq(&self, other: &Self) -> bool {
+        // The index follows from the entries.
+        (self.version, self.cap, &self.entries) == (other.version, other.cap, &other.entries)
+    }
 }
 
 /// What a client gets in a given hour.
@@ -219,8 +232,14 @@ impl CwndTable {
             return Err(format!("cap: must be in [{MIN_IW}, {MAX_CAP}], got {}", raw.cap));
         }
         let mut entries: Vec<Entry> = Vec::with_capacity(raw.cluster.len());
+        let mut seen: HashSet<(Prefix, Option<u8>)> = HashSet::with_capacity(raw.cluster.len());
+        // Where each line starts, once: an entry's line is a binary search, not a count
+        // from the top of the file (tables run to tens of thousands of entries).
+        let line_starts: Vec<usize> = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
         for (i, spanned) in raw.cluster.iter().enumerate() {
-            let line = 1 + text[..spanned.span().start.min(text.len())].matches('\n').count();
+            let line = line_starts.partition_point(|&start| start <= spanned.span().start);
             let at = |field: &str, msg: String| format!("line {line}: cluster[{i}].{field}: {msg}");
             let e = spanned.get_ref();
             let prefix = Prefix::parse(&e.prefix).map_err(|m| at("prefix", m))?;
@@ -248,7 +267,7 @@ impl CwndTable {
             if !(0.0..=1.0).contains(&chance_alpha) {
                 return Err(at("chance_alpha", format!("must be in [0, 1], got {chance_alpha}")));
             }
-            if entries.iter().any(|o| o.prefix == prefix && o.hour == e.hour) {
+            if !seen.insert((prefix, e.hour)) {
                 return Err(at(
                     "prefix",
                     format!(
@@ -273,10 +292,23 @@ impl CwndTable {
                 .then(a.prefix.is_others().cmp(&b.prefix.is_others()))
                 .then(b.hour.is_some().cmp(&a.hour.is_some()))
         });
+        let mut by_prefix: HashMap<Prefix, Vec<usize>> = HashMap::new();
+        let mut lengths: Vec<(bool, u8)> = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            by_prefix.entry(e.prefix).or_default().push(i);
+            if let Prefix::Net(net, len) = e.prefix {
+                let key = (net.is_ipv4(), len);
+                if !lengths.contains(&key) {
+                    lengths.push(key);
+                }
+            }
+        }
         Ok(CwndTable {
             version: raw.version,
             cap: raw.cap,
             entries,
+            by_prefix,
+            lengths,
         })
     }
 
@@ -289,12 +321,21 @@ impl CwndTable {
     /// and has an entry for that hour or for every hour (the hour's own first), else
     /// `others`; `None` when nothing applies (the stack's default window).
     pub fn lookup(&self, ip: IpAddr, hour: u8) -> Option<View> {
-        let fits = |e: &&Entry| e.hour.is_none_or(|h| h == hour);
-        self.entries
+        let in_hour = |prefix: &Prefix| {
+            self.by_prefix.get(prefix).and_then(|idx| {
+                idx.iter()
+                    .map(|&i| &self.entries[i])
+                    .find(|e| e.hour.is_none_or(|h| h == hour))
+            })
+        };
+        let v4 = same_family(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), ip);
+        self.lengths
             .iter()
-            .filter(fits)
-            .find(|e| e.prefix.contains(ip))
-            .or_else(|| self.entries.iter().filter(fits).find(|e| e.prefix.is_others()))
+            .find_map(|&(is_v4, len)| {
+                let ip = if is_v4 { v4? } else { ip.is_ipv6().then_some(ip)? };
+                in_hour(&Prefix::Net(mask(ip, len), len))
+            })
+            .or_else(|| in_hour(&Prefix::Others))
             .map(|e| View {
                 prefix: e.prefix,
                 iw: e.iw.clone(),
@@ -306,9 +347,10 @@ impl CwndTable {
     /// (what the kernel's map holds for that hour).
     pub fn for_hour(&self, hour: u8) -> Vec<View> {
         let mut out: Vec<View> = Vec::new();
+        let mut kept: HashSet<Prefix> = HashSet::new();
         for e in self.entries.iter().filter(|e| e.hour.is_none_or(|h| h == hour)) {
             // Entries are sorted hour-specific first within a prefix: keep the first.
-            if !out.iter().any(|v| v.prefix == e.prefix) {
+            if kept.insert(e.prefix) {
                 out.push(View {
                     prefix: e.prefix,
                     iw: e.iw.clone(),
