@@ -11,6 +11,7 @@ one. Writing in place was rejected for exactly that.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -37,8 +38,12 @@ class TableError(ValueError):
     """A Cwnd Table that cannot be used; the message names the file, line and field."""
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_prefix(prefix: str) -> str:
-    """`others`, or the prefix as its network (`10.1.2.7/24` → `10.1.2.0/24`). Raises ValueError."""
+    """`others`, or the prefix as its network (`10.1.2.7/24` → `10.1.2.0/24`). Raises ValueError.
+
+    Cached: a learning pass asks for the same few thousand prefixes once per record, and
+    `ipaddress` parsing was 72% of an iteration (`gearbox bench tcpwise`, docs/tcpwise.md)."""
     if prefix == OTHERS:
         return OTHERS
     return str(ipaddress.ip_network(prefix, strict=False))
