@@ -27,5 +27,5 @@ fi
 echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
 # Everything the tests need is installed above, so a skipped test is a failed one here
 # (python/tests/require_all.py).
-echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" .venv/bin/pytest -q python/tests
+echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" .venv/bin/pytest -q --durations=15 python/tests
 echo "all tests passed"
