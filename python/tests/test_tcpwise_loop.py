@@ -129,13 +129,19 @@ def test_an_edge_started_by_ip_netns_exec_attaches_the_tcp_program_and_tcp_gets_
             'version = 2\ncap = 100\n[[cluster]]\nprefix = "others"\niw = [10, 15, 20, 25, 30]\nchance_alpha = 0.2\n'
         )
         table.with_name("next.toml").rename(table)
+        # The edge polls the file every second: count only records of the new table, 60 of them
+        # (each of the five IWs is missed by all 60 with probability 0.8^60), for at most 60 s.
         seen: dict[int, int] = {}
-        for i in range(60):
+        deadline = time.monotonic() + 60
+        i = 0
+        while sum(seen.values()) < 60:
+            assert time.monotonic() < deadline, f"60 s and {sum(seen.values())} records of table 2"
             path = f"/bytes/{200 + i}"
+            i += 1
             get(path)
             iw = record(path)["iw"]
             if iw.get("table_version") != 2:
-                continue  # the edge polls the file every second
+                continue
             assert iw["source"] == "kernel" and iw["iw_set"] == [10, 15, 20, 25, 30], iw
             seen[iw["iw"]] = seen.get(iw["iw"], 0) + 1
         assert sorted(seen) == [10, 15, 20, 25, 30], seen
@@ -269,10 +275,17 @@ def test_the_route_fallback_sets_initcwnd_per_prefix_one_iw_per_interval_and_res
             'version = 2\ncap = 100\n[[cluster]]\nprefix = "10.77.0.0/24"\niw = [20, 30]\n'
         )
         table.with_name("next.toml").rename(table)
+        # The edge polls the file every second: 20 records of the new table, for at most 60 s.
         drawn = set()
-        for i in range(40):
+        newer = 0
+        deadline = time.monotonic() + 60
+        i = 0
+        while newer < 20:
+            assert time.monotonic() < deadline, f"60 s and {newer} records of table 2"
             x = get(f"/bytes/{300 + i}")
+            i += 1
             if x["iw"]["table_version"] == 2:
+                newer += 1
                 drawn.add(x["iw"]["iw"])
                 assert _starts_at(x["transport"]["cwnd_bytes"], x["iw"]["iw"]), x
         assert len(drawn) == 1 and drawn <= {20, 30}, drawn

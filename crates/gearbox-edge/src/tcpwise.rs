@@ -31,6 +31,19 @@ pub struct TcpWise {
     table: SharedTable,
     kernel: Option<IwProgram>,
     routes: Option<RouteIw>,
+    /// What the kernel's maps were filled with, newest last (the last two fills): a
+    /// connection the kernel drew for just before a refill is accepted just after it, so
+    /// its draw is labelled with the version whose entry it matches, not the newest.
+    filled: std::sync::Mutex<Vec<Fill>>,
+}
+
+/// A prefix as the kernel's maps key it (`None`: `others`).
+type KernelPrefix = Option<(std::net::IpAddr, u8)>;
+
+/// One filling of the kernel's maps: the table's version and each prefix's set.
+struct Fill {
+    version: u64,
+    sets: Vec<(KernelPrefix, Vec<u32>)>,
 }
 
 impl std::fmt::Debug for TcpWise {
@@ -105,6 +118,7 @@ impl TcpWise {
             table: SharedTable::new(table),
             kernel,
             routes,
+            filled: std::sync::Mutex::new(Vec::new()),
         });
         me.fill_kernel(hour_now());
         tracing::info!(table = %me.path.display(), version = me.table.get().version, "TCP WISE Cwnd Table loaded");
@@ -145,9 +159,8 @@ impl TcpWise {
             }
         }
         let Some(kernel) = &self.kernel else { return };
-        let entries: Vec<IwEntry> = self
-            .table
-            .get()
+        let table = self.table.get();
+        let entries: Vec<IwEntry> = table
             .for_hour(hour)
             .into_iter()
             .map(|v| IwEntry {
@@ -161,7 +174,28 @@ impl TcpWise {
             .collect();
         if let Err(e) = kernel.fill(&entries) {
             tracing::warn!(error = %e, "TCP WISE: cannot update the kernel's table");
+            return;
         }
+        let mut filled = self.filled.lock().unwrap_or_else(|p| p.into_inner());
+        filled.push(Fill {
+            version: table.version,
+            sets: entries.into_iter().map(|e| (e.prefix, e.iw)).collect(),
+        });
+        let excess = filled.len().saturating_sub(2);
+        filled.drain(..excess);
+    }
+
+    /// The version of the table whose kernel entry gave this draw: the newest fill that
+    /// holds the draw's prefix with the draw's set (the one before, for a connection drawn
+    /// just before a refill), else the newest.
+    fn version_of(&self, prefix: KernelPrefix, iw_set: &[u32]) -> u64 {
+        let filled = self.filled.lock().unwrap_or_else(|p| p.into_inner());
+        filled
+            .iter()
+            .rev()
+            .find(|f| f.sets.iter().any(|(p, set)| *p == prefix && set.as_slice() == iw_set))
+            .or(filled.last())
+            .map_or_else(|| self.table.get().version, |f| f.version)
     }
 
     /// The initial window the kernel drew for the TCP connection on `socket`.
@@ -178,10 +212,10 @@ impl TcpWise {
         Some(IwChoice {
             cluster: Some(d.prefix.map_or("others".to_string(), |(ip, len)| format!("{ip}/{len}"))),
             hour: Some(hour),
+            // The kernel's maps are refilled from the table at every swap and hour.
+            table_version: Some(self.version_of(d.prefix, &d.iw_set)),
             iw_set: Some(d.iw_set),
             iw: d.iw,
-            // The kernel's maps are refilled from the table at every swap and hour.
-            table_version: Some(self.table.get().version),
             source: "kernel".into(),
         })
     }

@@ -19,8 +19,10 @@ The pieces, in the order a run uses them:
   `gearbox load` commands. The server side starts the service, waits for it, pushes, and
   leaves a background process for the pushes during the run (`python -m gearbox.lab.control
   start DIR`). The client side waits after `gearbox load` until the edge's spool is empty
-  (`wait-spool`): `gearbox emu` stops the edge 1 s after the client exits, so the edge's last
-  batches are sent while the service is still up, rather than left in its spool;
+  and its telemetry file has been quiet for 2 s (`wait-spool`; the edge writes a response's
+  record only once its last byte is acknowledged, after the client has it): `gearbox emu`
+  stops the edge and the service 1 s after the client exits, so the edge's last batches are
+  sent while the service is still up, rather than left in its spool;
 - `check` (root namespace, after the run): every record the edge and the client wrote to
   their files is compared with what the store holds (each exactly once), and each client
   request is counted under the policy version that chose its transport (its decision's
@@ -55,6 +57,9 @@ CLIENT_GEAR = "wisetrans"
 SWAPPABLE_MODES = ("wisetrans-v2", "wisetrans-v1", "mlp")
 START_TIMEOUT_S = 90.0
 SPOOL_TIMEOUT_S = 60.0
+# How long the edge's telemetry file must stay the same size before its spool counts as sent
+# for good (longer than the slowest path's round trips between a response and its record).
+TELEMETRY_QUIET_S = 2.0
 
 
 @dataclass
@@ -161,6 +166,7 @@ def client_suffix(run_dir: Path) -> str:
     q = shlex.quote
     return (
         f"; rc=$?; {q(sys.executable)} -m gearbox.lab.control wait-spool {q(str(run_dir / 'edge-spool'))} "
+        f"--telemetry {q(str(run_dir / 'edge.jsonl'))} "
         f">> {q(str(run_dir / 'control' / 'pushes.log'))} 2>&1; exit $rc"
     )
 
@@ -244,14 +250,29 @@ def spool_empty(spool: Path) -> bool:
     return not open_batch.exists() or open_batch.stat().st_size == 0
 
 
-def wait_spool(spool: Path, timeout_s: float = SPOOL_TIMEOUT_S) -> int:
+def wait_spool(spool: Path, telemetry: Path | None = None, timeout_s: float = SPOOL_TIMEOUT_S) -> int:
+    """Waits until `spool` holds no record and, with `telemetry`, that file has not grown for
+    `TELEMETRY_QUIET_S`: the edge writes a response's record only once its last byte is
+    acknowledged, a round trip or more after the client has the response, so an empty spool
+    right after `gearbox load` exits can still be followed by the run's last record (which the
+    edge would then spool after the service had stopped)."""
     deadline = time.monotonic() + timeout_s
-    while not spool_empty(spool):
+
+    def size() -> int:
+        return telemetry.stat().st_size if telemetry is not None and telemetry.exists() else 0
+
+    last, since = size(), time.monotonic()
+    while True:
+        now_size = size()
+        if now_size != last:
+            last, since = now_size, time.monotonic()
+        quiet = telemetry is None or time.monotonic() - since >= TELEMETRY_QUIET_S
+        if quiet and spool_empty(spool):
+            return 0
         if time.monotonic() > deadline:
             print(f"{spool}: still holds records after {timeout_s:g} s", flush=True)
             return 1
         time.sleep(0.1)
-    return 0
 
 
 # --- after the run ----------------------------------------------------------------------------
@@ -405,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     lt.add_argument("--since", type=float, required=True)
     w = sub.add_parser("wait-spool", help="wait until a spool folder holds no record")
     w.add_argument("spool", type=Path)
+    w.add_argument("--telemetry", type=Path, help="the edge's telemetry file: also wait until it stops growing")
     c = sub.add_parser("check", help="compare a run's stored records with its telemetry files")
     c.add_argument("run_dir", type=Path)
     a = p.parse_args(argv)
@@ -413,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "later":
         return later(a.dir, a.since)
     if a.command == "wait-spool":
-        return wait_spool(a.spool)
+        return wait_spool(a.spool, a.telemetry)
     print(json.dumps(check(a.run_dir), indent=1))
     return 0
 
