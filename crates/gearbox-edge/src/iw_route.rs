@@ -38,6 +38,9 @@ struct State {
     drawn_for: Option<(u64, u8)>,
     /// Per prefix (`others`: the default route), what its route carries now.
     applied: HashMap<Prefix, Applied>,
+    /// The table version and routes of the interval before: a connection established on
+    /// the old route and accepted after the change carries the old window.
+    previous: Option<(u64, HashMap<Prefix, Applied>)>,
     /// Per route touched, its line before the edge touched it (`None`: the edge added it).
     originals: HashMap<String, Option<String>>,
     /// Set at shutdown: no route is changed any more.
@@ -128,6 +131,7 @@ impl RouteIw {
         if st.stopped || st.drawn_for == Some((table.version, hour)) {
             return Vec::new();
         }
+        st.previous = st.drawn_for.map(|(v, _)| (v, st.applied.clone()));
         st.drawn_for = Some((table.version, hour));
         let views = table.for_hour(hour);
         let mut said = Vec::new();
@@ -192,16 +196,27 @@ impl RouteIw {
     }
 
     /// The IW in force for a TCP client at `peer` (its entry's route), for its records.
-    pub fn choice(&self, table: &CwndTable, peer: IpAddr, hour: u8) -> Option<IwChoice> {
+    /// `initial_cwnd`: the connection's congestion window before it sent anything
+    /// (`TCP_INFO`), which is the route's `initcwnd` when it was established; one that
+    /// matches the interval before and not this one was established before the change.
+    pub fn choice(&self, table: &CwndTable, peer: IpAddr, hour: u8, initial_cwnd: Option<u32>) -> Option<IwChoice> {
         let view = table.lookup(peer, hour)?;
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let a = st.applied.get(&view.prefix)?;
+        let now = st.applied.get(&view.prefix)?;
+        let before = st
+            .previous
+            .as_ref()
+            .and_then(|(v, prev)| Some((*v, prev.get(&view.prefix)?)));
+        let (version, a) = match (initial_cwnd, before) {
+            (Some(w), Some((v, old))) if w != now.iw && w == old.iw => (Some(v), old),
+            _ => (st.drawn_for.map(|(v, _)| v), now),
+        };
         Some(IwChoice {
             cluster: Some(view.prefix.to_string()),
             hour: Some(hour),
             iw_set: Some(a.iw_set.clone()),
             iw: a.iw,
-            table_version: st.drawn_for.map(|(v, _)| v),
+            table_version: version,
             source: "route".into(),
         })
     }
@@ -252,6 +267,7 @@ impl RouteIw {
             restore(&dest, original.as_deref());
         }
         st.applied.clear();
+        st.previous = None;
         st.drawn_for = None;
     }
 }

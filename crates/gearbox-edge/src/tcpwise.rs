@@ -202,7 +202,11 @@ impl TcpWise {
     pub fn tcp_draw(&self, socket: &socket2::SockRef<'_>, hour: u8) -> Option<IwChoice> {
         if let Some(routes) = &self.routes {
             let peer = socket.peer_addr().ok()?.as_socket()?.ip();
-            return routes.choice(&self.table.get(), peer, hour);
+            // Accepted, nothing sent yet: the window is still the route's initcwnd.
+            let initial = gearbox_dataplane::transport::tcp_info(&**socket)
+                .ok()
+                .map(|i| i.tcpi_snd_cwnd);
+            return routes.choice(&self.table.get(), peer, hour, initial);
         }
         let d = self.kernel.as_ref()?.take_draw(&**socket)?;
         if !d.applied {
