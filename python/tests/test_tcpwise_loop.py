@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support import REPO, make_cert
 
-from gearbox.lab import environment, runner
+from gearbox.lab import collect, environment, runner
 from gearbox.lab import scenario as sc
 
 
@@ -52,9 +52,42 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def _records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The edge's request records so far (the lab's reader: a line the edge is still writing
+    is left for the next read)."""
+    return collect.read_records(path)
+
+
+def _start_edge(
+    gearbox_bin: Path, ns: str, listen: str, cert: Path, key: Path, telemetry: Path, table: Path, log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    """`gearbox edge` with the Cwnd Table `table` in namespace `ns` (as `gearbox emu` starts it:
+    `ip netns exec`), its log in `log`; returns once it is ready (killed if it never is)."""
+    with log.open("wb") as f:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, str(gearbox_bin), "edge", "--listen", listen]
+            + ["--cert", str(cert), "--key", str(key), "--telemetry", str(telemetry)]
+            + ["--cwnd-table", str(table), *extra, "--log", "info"],
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_ready(proc, log)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
+def _record_of(telemetry: Path, path: str, log: Path) -> dict:
+    """The edge's latest record for `path` (it is written once the response is acknowledged)."""
+    for _ in range(100):
+        found = [r for r in _records(telemetry) if r.get("path") == path]
+        if found:
+            return found[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no record for {path}:\n{log.read_text()}")
 
 
 def _curl_until_served(ns: str, url: str, proc: subprocess.Popen[bytes] | None, log: Path) -> None:
@@ -95,27 +128,13 @@ def test_an_edge_started_by_ip_netns_exec_attaches_the_tcp_program_and_tcp_gets_
     try:
         _ip("-n", ns, "link", "set", "lo", "mtu", "1500")
         _ip("-n", ns, "link", "set", "lo", "up")
-        with log.open("wb") as f:
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, str(gearbox_bin), "edge", "--listen", "127.0.0.1:4433"]
-                + ["--cert", str(cert), "--key", str(key), "--telemetry", str(telemetry)]
-                + ["--cwnd-table", str(table), "--log", "info"],
-                stdin=subprocess.DEVNULL,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_ready(proc, log)
+        proc = _start_edge(gearbox_bin, ns, "127.0.0.1:4433", cert, key, telemetry, table, log)
 
         def get(path: str) -> None:
             _curl_until_served(ns, f"https://127.0.0.1:4433{path}", proc, log)
 
         def record(path: str) -> dict:
-            for _ in range(100):
-                found = [r for r in _records(telemetry) if r.get("path") == path]
-                if found:
-                    return found[-1]
-                time.sleep(0.05)
-            raise AssertionError(f"no record for {path}:\n{log.read_text()}")
+            return _record_of(telemetry, path, log)
 
         get("/bytes/100")
         text = log.read_text()
@@ -236,25 +255,11 @@ def test_the_route_fallback_sets_initcwnd_per_prefix_one_iw_per_interval_and_res
 
         before = route()
         assert before and "initcwnd" not in before, before
-        with log.open("wb") as f:
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", server, str(gearbox_bin), "edge", "--listen", "10.77.0.1:4433"]
-                + ["--cert", str(cert), "--key", str(key), "--telemetry", str(telemetry)]
-                + ["--cwnd-table", str(table), "--cwnd-routes", "--log", "info"],
-                stdin=subprocess.DEVNULL,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_ready(proc, log)
+        proc = _start_edge(gearbox_bin, server, "10.77.0.1:4433", cert, key, telemetry, table, log, "--cwnd-routes")
 
         def get(path: str) -> dict:
             _curl_until_served(client, f"https://10.77.0.1:4433{path}", proc, log)
-            for _ in range(100):
-                found = [x for x in _records(telemetry) if x.get("path") == path]
-                if found:
-                    return found[-1]
-                time.sleep(0.05)
-            raise AssertionError(f"no record for {path}:\n{log.read_text()}")
+            return _record_of(telemetry, path, log)
 
         r = get("/bytes/100")
         assert "initcwnd 37" in route(), route()
