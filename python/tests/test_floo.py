@@ -52,6 +52,8 @@ def test_learn_floo_trains_exports_a_policy_the_rust_gear_loads(tmp_path: Path) 
     assert meta["class_labels"] == ["cubic", "bbr", "copa", "westwood"]
     history = json.loads((out / "history.json").read_text())
     assert [h["steps"] for h in history] == [32, 64]
+    info = json.loads((out / "policy.json").read_text())["info"]
+    assert (info["reward"], info["baseline_cc"], info["start_cc"]) == ("baseline", "copa", "copa")
     s = scenarios.evaluation_set({"wifi": 1})[0]
     session = SimSession(s.config(tmp_path, 30.0, seed=1), s.name)
     run = session.drive("floo", 5.0, "full", str(out))
@@ -87,6 +89,12 @@ def test_evaluate_refuses_bad_schemes_and_a_missing_model(tmp_path: Path, capsys
     with pytest.raises(SystemExit):
         evaluate.main(["--out", str(tmp_path), "--schemes", "cubic,floo", "--model-dir", str(tmp_path / "none")])
     assert "no policy.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate.main(["--out", str(tmp_path), "--schemes", "cubic", "--start-cc", "vegas"])
+    assert "--start-cc: unknown controller 'vegas'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.main(["--out", str(tmp_path), "--start-cc", "vivace"])
+    assert "--start-cc must be one of" in capsys.readouterr().err
 
 
 def test_an_emulator_scenario_is_a_lab_scenario_with_one_policy_per_scheme(tmp_path: Path) -> None:
@@ -143,5 +151,73 @@ def test_the_level_reward_scores_each_periods_mean_rct_and_a_bad_name_is_refused
         if done:
             break
     assert seen >= 1
-    with pytest.raises(ValueError, match="reward must be one of gradient, level"):
+    with pytest.raises(ValueError, match="reward must be one of gradient, level, baseline"):
         CcaSelectionEnv(reward="power")
+
+
+def test_the_baseline_reward_is_zero_for_the_baselines_own_choice_and_not_otherwise(tmp_path: Path) -> None:
+    from gearbox.sim.envs import CcaSelectionEnv
+
+    s = scenarios.evaluation_set({"cellular-mobile": 1})[0]
+    config = s.config(tmp_path, 90.0, seed=2)
+
+    def rewards(action: int) -> tuple[list[float], dict]:
+        env = CcaSelectionEnv(scenarios=[config], period_s=6.0, reward="baseline", start_cca="copa")
+        env.reset(seed=4)
+        out, info, done = [], {}, False
+        while not done:
+            _, reward, done, _, info = env.step(action)
+            out.append(reward)
+        return out, info
+
+    # Copa all along is the reference run itself: every period's requests took as long.
+    same, info = rewards(2)
+    assert same and all(r == 0.0 for r in same)
+    assert info["episode_baseline_rct_ms"] == pytest.approx(info["episode_mean_rct_ms"])
+    # Westwood+ from the first period on is a different run: some period differs.
+    other, info = rewards(3)
+    assert any(r != 0.0 for r in other)
+    assert info["episode_baseline_rct_ms"] != pytest.approx(info["episode_mean_rct_ms"])
+    with pytest.raises(ValueError, match="baseline_cca must be one of"):
+        CcaSelectionEnv(reward="baseline", baseline_cca="vegas")
+    with pytest.raises(ValueError, match="start_cca must be one of"):
+        CcaSelectionEnv(start_cca="reno")
+
+
+def test_with_cc_sets_the_start_controller_of_a_config(tmp_path: Path) -> None:
+    from gearbox.sim.envs import with_cc
+
+    s = scenarios.evaluation_set({"wifi": 1})[0]
+    text = with_cc(s.config(tmp_path, 30.0, seed=1, cc="cubic"), "bbr")
+    session = SimSession(text, s.name)
+    session.advance(6.0)
+    (m,) = session.monitor()
+    assert m["cca"] == "bbr"
+    assert text.count("cc =") == 1
+
+
+def test_a_constant_policy_through_the_gear_path_costs_nothing_when_it_starts_on_its_choice(tmp_path: Path) -> None:
+    # `fixed-copa` starts every connection on --start-cc and switches it to Copa at the
+    # first period: from a Copa start it must be exactly static Copa; from a Cubic start
+    # it is a different run (the gear path's first period).
+    def mean_rct(start: str) -> dict:
+        out = tmp_path / start
+        args = ["--out", str(out), "--scenarios", "2", "--duration-s", "40", "--period-s", "6", "--jobs", "1"]
+        assert evaluate.main([*args, "--schemes", "copa,fixed-copa", "--start-cc", start]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["start_cc"] == start
+        return {k: v["mean_rct_ms"] for k, v in summary["schemes"].items()}
+
+    same = mean_rct("copa")
+    assert same["fixed-copa"] == same["copa"]
+    assert mean_rct("westwood")["fixed-copa"] != same["copa"]
+
+
+def test_evaluate_starts_learned_schemes_where_the_policy_was_trained(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    assert evaluate.trained_start_cc(model) == "cubic"  # no policy: the old default
+    (model / "policy.json").write_text(json.dumps({"info": {"start_cc": "copa"}}))
+    assert evaluate.trained_start_cc(model) == "copa"
+    (model / "policy.json").write_text("{not json")
+    assert evaluate.trained_start_cc(model) == "cubic"

@@ -9,7 +9,14 @@ simulation (`SimSession.drive`, the same `CcaPeriodGear` objects as the edge):
 - `static_opt`: per scenario, the static controller whose mean RCT was lowest, in
   hindsight (Floo's Static_Opt);
 - `floo`: the trained policy, full switching (Floo §3.4); `p-floo`: the same policy with
-  part switching; `random`: a controller drawn at random every period.
+  part switching; `random`: a controller drawn at random every period;
+- `fixed-<controller>` (not run by default): a constant choice through the gear path,
+  e.g. `fixed-copa`: every connection starts on `--start-cc` like Floo's and is switched
+  to Copa at its first selection period; what the gear path itself costs.
+
+Every connection of the learned schemes starts on `--start-cc` (the edge's `--cc`), by
+default the one the policy was trained with (`info.start_cc` of its `policy.json`; Cubic
+for a policy that does not say).
 
 Output (under `--out`): `runs.csv` (one row per scheme x scenario: mean / median / p90 RCT,
 mean client sRTT, mean per-request throughput, switches), `summary.json` and
@@ -40,6 +47,7 @@ from gearbox.lab.summary import rct_stats
 
 STATIC = ("cubic", "bbr", "copa", "westwood", "vivace")
 LEARNED = ("floo", "p-floo", "random")
+FIXED = tuple(f"fixed-{c}" for c in ("cubic", "bbr", "copa", "westwood"))
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Job:
     seed: int
     cache: str
     model_dir: str | None
+    start_cc: str = "cubic"
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -65,11 +74,13 @@ def _stats(values: list[float]) -> tuple[float, float, float]:
 def run_one(job: Job) -> dict:
     """One scheme on one scenario: the row of `runs.csv`."""
     static = job.scheme in STATIC
-    cc = job.scheme if static else "cubic"
+    cc = job.scheme if static else job.start_cc
     text = job.scenario.config(Path(job.cache), job.duration_s, job.seed, job.workload, cc)
     session = SimSession(text, job.scenario.name)
     if static:
         gear, mode = job.scheme, "full"
+    elif job.scheme in FIXED:
+        gear, mode = job.scheme.removeprefix("fixed-"), "full"
     else:
         gear = "floo" if job.scheme in ("floo", "p-floo") else "random"
         mode = "part" if job.scheme == "p-floo" else "full"
@@ -93,6 +104,7 @@ def run_one(job: Job) -> dict:
         "mean_thpt_mbps": float(np.mean(thpt)) if thpt else math.nan,
         "switches": run["switches"],
         "periods": run["periods"],
+        "connections": len({r["conn_id"] for r in recs}),
         "wall_s": wall,
         "period_s": job.period_s,
         "rcts": rcts,
@@ -109,7 +121,7 @@ def summarise(rows: list[dict]) -> dict:
     for runs in by_scn.values():
         best = min((runs[s] for s in STATIC if s in runs), key=lambda r: r["mean_rct_ms"])
         runs["static_opt"] = dict(best, scheme="static_opt", chosen=best["scheme"])
-    schemes = [s for s in (*STATIC, "static_opt", *LEARNED) if any(s in v for v in by_scn.values())]
+    schemes = [s for s in (*STATIC, "static_opt", *LEARNED, *FIXED) if any(s in v for v in by_scn.values())]
     out: dict = {"scenarios": len(by_scn), "schemes": {}}
     for s in schemes:
         runs = [v[s] for v in by_scn.values() if s in v]
@@ -157,7 +169,7 @@ def report(summary: dict, args: argparse.Namespace) -> str:
         f"# Floo evaluation: {summary['scenarios']} held-apart scenarios in the simulator",
         "",
         f"`gearbox lab floo evaluate --duration-s {args.duration_s} --period-s {args.period_s} "
-        f"--workload {args.workload}` (model: `{args.model_dir}`).",
+        f"--workload {args.workload}` (model: `{args.model_dir}`; learned schemes start on {args.start_cc}).",
         "",
         "| scheme | requests | mean RCT ms | median | p90 | mean ratio to Static_Opt | scenarios below Static_Opt | "
         "norm. delay | norm. thpt | switches/min |",
@@ -226,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes")
     p.add_argument("--seed", type=int, default=7, help="application traces' seed")
     p.add_argument(
+        "--start-cc",
+        default=None,
+        help="the controller the learned schemes' connections start on (default: the policy's training start, "
+        "else cubic)",
+    )
+    p.add_argument(
         "--emulator",
         type=int,
         default=0,
@@ -246,14 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     schemes = [s.strip() for s in args.schemes.split(",") if s.strip()]
-    bad = [s for s in schemes if s not in (*STATIC, *LEARNED)]
+    bad = [s for s in schemes if s not in (*STATIC, *LEARNED, *FIXED)]
     if bad:
-        p.error(f"--schemes: unknown {bad}; valid: {', '.join((*STATIC, *LEARNED))}")
+        p.error(f"--schemes: unknown {bad}; valid: {', '.join((*STATIC, *LEARNED, *FIXED))}")
     if not any(s in STATIC for s in schemes):
         p.error("--schemes: give at least one static controller (Static_Opt is the best of them)")
     model_dir = Path(args.model_dir)
     if any(s in ("floo", "p-floo") for s in schemes) and not (model_dir / "policy.json").is_file():
         p.error(f"--model-dir {model_dir}: no policy.json (train one with `gearbox learn floo`)")
+    if args.start_cc is None:
+        args.start_cc = trained_start_cc(model_dir)
+    if args.start_cc not in ("cubic", "bbr", "copa", "westwood", "vivace"):
+        p.error(f"--start-cc: unknown controller {args.start_cc!r}")
     n = args.scenarios
     mix = {"wifi": max(1, n // 6), "cellular-stationary": max(1, n // 3)}
     mix["cellular-mobile"] = max(1, n - sum(mix.values()))
@@ -262,7 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cache = str((out / "traces").resolve())
     jobs = [
-        Job(scn, s, args.duration_s, args.period_s, args.workload, args.seed + i, cache, str(model_dir.resolve()))
+        Job(
+            scn,
+            s,
+            args.duration_s,
+            args.period_s,
+            args.workload,
+            args.seed + i,
+            cache,
+            str(model_dir.resolve()),
+            args.start_cc,
+        )
         for i, scn in enumerate(scenarios)
         for s in schemes
     ]
@@ -279,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"floo evaluate: {i + 1}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     summary = summarise(rows)
     summary["wall_s"] = time.perf_counter() - t0
+    summary["start_cc"] = args.start_cc
     with (out / "runs.csv").open("w", newline="") as f:
         keys = [k for k in rows[0] if k != "rcts"]
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
@@ -292,6 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     plot(rows, summary, out)
     print(text)
     return 0
+
+
+def trained_start_cc(model_dir: Path) -> str:
+    """The controller the policy in `model_dir` was trained starting from (`info.start_cc`
+    of its `policy.json`); Cubic when it does not say or there is no readable policy."""
+    try:
+        info = json.loads((model_dir / "policy.json").read_text()).get("info", {})
+    except (OSError, ValueError):
+        return "cubic"
+    start = info.get("start_cc") if isinstance(info, dict) else None
+    return start if isinstance(start, str) else "cubic"
 
 
 def _spread(scenarios: list[Scenario], n: int) -> list[tuple[int, Scenario]]:

@@ -31,12 +31,22 @@ from pathlib import Path
 from gearbox.floo.scenarios import training_set
 
 
-def make_env(index: int, configs: list[str], period_s: float, mode: str, reward: str = "gradient"):
+def make_env(
+    index: int,
+    configs: list[str],
+    period_s: float,
+    mode: str,
+    reward: str = "gradient",
+    baseline_cca: str = "copa",
+    start_cca: str | None = None,
+):
     """Environment `index` of the rollouts (module level: rollout processes are spawned,
     so the factory must pickle)."""
     from gearbox.sim.envs import CcaSelectionEnv
 
-    return CcaSelectionEnv(scenarios=configs, period_s=period_s, mode=mode, reward=reward)
+    return CcaSelectionEnv(
+        scenarios=configs, period_s=period_s, mode=mode, reward=reward, baseline_cca=baseline_cca, start_cca=start_cca
+    )
 
 
 def plot(history: list[dict], out: Path) -> Path | None:
@@ -84,14 +94,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--reward",
-        choices=("gradient", "level"),
-        default="gradient",
-        help="gradient: Floo's ln(previous / current mean RCT); level: ln(1 s / current mean RCT) (docs/floo.md)",
+        choices=("gradient", "level", "baseline"),
+        default="baseline",
+        help="gradient: Floo's ln(previous / current mean RCT); level: ln(1 s / current mean RCT); baseline: "
+        "ln(the period's requests' mean RCT under --baseline-cc in a reference run / under the policy) (docs/floo.md)",
     )
+    p.add_argument("--baseline-cc", default="copa", help="the reference run's static controller (--reward baseline)")
+    p.add_argument(
+        "--start-cc", default="copa", help="the controller each connection starts on (the edge's --cc; docs/floo.md)"
+    )
+    p.add_argument(
+        "--switch",
+        choices=("full", "part"),
+        default="full",
+        help="how the rollouts switch: full (Floo) or part (P-Floo) migration (docs/floo.md)",
+    )
+    p.add_argument("--ent-coef", type=float, default=None, help="PPO's entropy bonus (default: the PPOConfig's)")
+    p.add_argument("--actor-lr", type=float, default=None, help="the actor's learning rate (default: Floo's 1e-4)")
+    p.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: Floo's 2e-4)")
     args = p.parse_args(argv)
     for name in ("steps", "scenarios", "envs", "rollout_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("baseline_cc", "start_cc"):
+        value = getattr(args, name)
+        if value not in ("cubic", "bbr", "copa", "westwood"):
+            p.error(f"--{name.replace('_', '-')} must be one of cubic, bbr, copa, westwood, got {value!r}")
     for name in ("episode_s", "period_s", "max_minutes"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
@@ -105,19 +133,28 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cache = (out / ".traces").resolve()
     scenarios = training_set(args.scenarios)
-    configs = [s.config(cache, args.episode_s, 0, args.workload, "cubic") for s in scenarios]
+    configs = [s.config(cache, args.episode_s, 0, args.workload, args.start_cc) for s in scenarios]
     (out / "scenarios.json").write_text(json.dumps([asdict(s) for s in scenarios], indent=1) + "\n")
 
     config = ppo.PPOConfig(rollout_steps=args.rollout_steps, num_envs=args.envs)
+    overrides = {k: getattr(args, k) for k in ("ent_coef", "actor_lr", "critic_lr") if getattr(args, k) is not None}
+    config = ppo.PPOConfig(**{**asdict(config), **overrides})
     while (args.rollout_steps * args.envs) % config.num_minibatches:
         config = ppo.PPOConfig(**{**asdict(config), "num_minibatches": config.num_minibatches // 2})
+    try:
+        config.check()
+    except ValueError as e:
+        p.error(str(e))
     deadline = time.monotonic() + args.max_minutes * 60.0
 
     def on_update(h: dict) -> bool:
         rct = h.get("info/episode_mean_rct_ms", math.nan)
+        ref = h.get("info/episode_baseline_rct_ms")
         print(
             f"floo: update {h['update']}, {h['steps']} steps, {h['seconds']:.0f} s, "
-            f"episodes {h['episodes']}, mean reward {h['mean_return']:.3f}, mean RCT {rct:.1f} ms",
+            f"episodes {h['episodes']}, mean reward {h['mean_return']:.3f}, mean RCT {rct:.1f} ms"
+            + (f" (baseline {ref:.1f})" if ref is not None else "")
+            + f", entropy {h['entropy']:.3f}",
             file=sys.stderr,
         )
         if time.monotonic() > deadline:
@@ -126,7 +163,15 @@ def main(argv: list[str] | None = None) -> int:
         return True
 
     t0 = time.perf_counter()
-    factory = functools.partial(make_env, configs=configs, period_s=args.period_s, mode="full", reward=args.reward)
+    factory = functools.partial(
+        make_env,
+        configs=configs,
+        period_s=args.period_s,
+        mode=args.switch,
+        reward=args.reward,
+        baseline_cca=args.baseline_cc,
+        start_cca=args.start_cc,
+    )
     result = ppo.train(
         factory, config, args.steps, args.seed, num_envs=args.envs, parallel=args.envs > 1, on_update=on_update
     )
@@ -143,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": len(scenarios),
         "seed": args.seed,
         "reward": args.reward,
+        "baseline_cc": args.baseline_cc if args.reward == "baseline" else None,
+        "start_cc": args.start_cc,
+        "switch": args.switch,
         "ppo": asdict(result.config),
     }
     ppo.save_params(out / "ppo.npz", actor, critic, config=result.config)

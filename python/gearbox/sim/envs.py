@@ -8,6 +8,12 @@ of this period), so a period that completes requests faster than the one before 
 rewarded. Each episode draws one of the given scenarios (simulation configs, docs/sim.md)
 and a seed; an episode ends when the simulation does (every request done, or its
 virtual-time limit).
+
+Rewards (`reward=`): `gradient` is Floo's; `level` scores each period's RCT against a
+fixed 1 s; `baseline` compares each period's requests with the same requests run by one
+static controller (`baseline_cca`, Copa by default) in a reference simulation of the
+same episode (same seed, same application trace, same path): ln(their mean RCT under the
+baseline / their mean RCT under the policy). docs/floo.md "Reward" says why.
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ ACTIONS = ("cubic", "bbr", "copa", "westwood")
 # difference. `level` is ln(LEVEL_RCT_MS / this period's mean RCT): the sum is the episode's
 # (negative) mean log RCT per period, which is what the evaluation scores. Both are 0 in a
 # period where no request finished.
-REWARDS = ("gradient", "level")
+# `baseline` is ln(mean RCT of the period's requests under a static controller in a reference
+# run of the same episode / their mean RCT under the policy): 0 for a policy that does what
+# the baseline does, positive where switching helps, and its episode sum does not
+# telescope. The reference run does not depend on the actions, so it shifts each return
+# by an action-independent amount (a baseline in the policy-gradient sense) and removes
+# the scenario's RCT level, which dominates `level`'s variance.
+REWARDS = ("gradient", "level", "baseline")
 LEVEL_RCT_MS = 1000.0
 
 # A default episode: one client fetching the `feed` workload over a 10 Mbit/s, 40 ms path.
@@ -60,6 +72,35 @@ def observe(m: dict[str, Any] | None) -> np.ndarray:
     return np.asarray(m["features"], dtype=np.float32)
 
 
+def with_cc(text: str, cca: str) -> str:
+    """A simulation config's TOML text with its top-level `cc` (the controller every
+    connection starts on) set to `cca`."""
+    lines = text.splitlines()
+    first_table = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
+    head = [line for line in lines[:first_table] if not line.replace(" ", "").startswith("cc=")]
+    return "\n".join([f'cc = "{cca}"', *head, *lines[first_table:]])
+
+
+def request_key(record: dict[str, Any]) -> tuple[float, str]:
+    """What identifies a request across two runs of the same application trace: when it
+    was issued and what it asked for."""
+    return (round(float(record["time_unix_ms"]), 3), str(record["url"]))
+
+
+def reference_rcts(text: str, name: str, cca: str, period_s: float) -> dict[tuple[float, str], list[float]]:
+    """Each request's RCT when the whole episode runs on the static controller `cca`
+    (every key's RCTs in completion order; a key can repeat when two requests of the same
+    size are issued at the same instant)."""
+    session = SimSession(text, name)
+    session.drive(cca, period_s, "full", None, 0)
+    out: dict[tuple[float, str], list[float]] = {}
+    for r in session.take_records():
+        rct = r.get("rct_ms")
+        if rct is not None and not r.get("error") and math.isfinite(rct):
+            out.setdefault(request_key(r), []).append(float(rct))
+    return out
+
+
 class CcaSelectionEnv(gym.Env):
     """Floo's controller selection (module docstring). `scenarios`: simulation configs,
     as TOML text or file paths; `period_s`: the selection period SP (Floo: 12 s)."""
@@ -72,6 +113,8 @@ class CcaSelectionEnv(gym.Env):
         period_s: float = 12.0,
         mode: str = "full",
         reward: str = "gradient",
+        baseline_cca: str = "copa",
+        start_cca: str | None = None,
     ) -> None:
         texts = []
         for s in scenarios or [DEFAULT_SCENARIO]:
@@ -85,7 +128,15 @@ class CcaSelectionEnv(gym.Env):
             raise ValueError(f'mode must be "full" or "part", got {mode!r}')
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
+        if baseline_cca not in ACTIONS:
+            raise ValueError(f"baseline_cca must be one of {', '.join(ACTIONS)}, got {baseline_cca!r}")
+        if start_cca is not None and start_cca not in ACTIONS:
+            raise ValueError(f"start_cca must be one of {', '.join(ACTIONS)}, got {start_cca!r}")
         self.reward = reward
+        self.baseline_cca = baseline_cca
+        self.start_cca = start_cca
+        self._reference: dict[tuple[float, str], list[float]] = {}
+        self._reference_mean: float | None = None
         self._scenarios = texts
         self.period_s = period_s
         self.mode = mode
@@ -102,7 +153,7 @@ class CcaSelectionEnv(gym.Env):
         lines = [line for line in text.splitlines() if not line.strip().startswith("seed")]
         return f"seed = {seed}\n" + "\n".join(lines), name
 
-    def _period(self) -> tuple[np.ndarray, float | None, bool]:
+    def _period(self) -> tuple[np.ndarray, float | None, bool, list[dict[str, Any]]]:
         assert self._session is not None
         finished = self._session.advance(self.period_s)
         monitors = self._session.monitor()
@@ -110,16 +161,39 @@ class CcaSelectionEnv(gym.Env):
         self._conn = m["conn"] if m else None
         rcts = [r for r in (m["rcts_ms"] if m else []) if math.isfinite(r)]
         self._episode_rcts.extend(r for x in monitors for r in x["rcts_ms"] if math.isfinite(r))
-        return observe(m), (sum(rcts) / len(rcts) if rcts else None), finished
+        records = self._session.take_records() if self.reward == "baseline" else []
+        return observe(m), (sum(rcts) / len(rcts) if rcts else None), finished, records
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         text, name = self._scenario(int(self.np_random.integers(2**31)))
+        if self.start_cca is not None:
+            text = with_cc(text, self.start_cca)
         self._session = SimSession(text, name)
         self._episode_rcts = []
-        obs, rct, _ = self._period()
+        if self.reward == "baseline":
+            self._reference = reference_rcts(with_cc(text, self.baseline_cca), name, self.baseline_cca, self.period_s)
+            every = [x for v in self._reference.values() for x in v]
+            self._reference_mean = sum(every) / len(every) if every else None
+        obs, rct, _, _ = self._period()
         self._last_rct = rct
         return obs, {"now_s": self._session.now_s}
+
+    def _baseline_reward(self, records: list[dict[str, Any]]) -> float:
+        """ln(mean RCT of `records`' requests in the reference run / their mean RCT here);
+        requests the reference run never finished are left out."""
+        ours, theirs = [], []
+        for r in records:
+            rct = r.get("rct_ms")
+            if rct is None or r.get("error") or not math.isfinite(rct):
+                continue
+            ref = self._reference.get(request_key(r))
+            if ref:
+                ours.append(float(rct))
+                theirs.append(ref.pop(0))
+        if not ours or sum(ours) <= 0 or sum(theirs) <= 0:
+            return 0.0
+        return math.log(sum(theirs) / sum(ours))
 
     def step(self, action: Any):
         if self._session is None:
@@ -131,9 +205,11 @@ class CcaSelectionEnv(gym.Env):
                 self._session.switch(self._conn, ACTIONS[int(action)], self.mode)
             except ValueError:
                 pass  # the connection ended within the period; the next one is watched
-        obs, rct, finished = self._period()
+        obs, rct, finished, records = self._period()
         reward = 0.0
-        if self.reward == "gradient":
+        if self.reward == "baseline":
+            reward = self._baseline_reward(records)
+        elif self.reward == "gradient":
             if rct is not None and self._last_rct is not None and rct > 0:
                 reward = math.log(self._last_rct / rct)
         elif rct is not None and rct > 0:
@@ -144,4 +220,7 @@ class CcaSelectionEnv(gym.Env):
         if finished and self._episode_rcts:
             # The whole episode's mean request completion time (every connection).
             info["episode_mean_rct_ms"] = sum(self._episode_rcts) / len(self._episode_rcts)
+            if self.reward == "baseline":
+                # The same episode on the baseline controller alone.
+                info["episode_baseline_rct_ms"] = self._reference_mean
         return obs, float(reward), bool(finished), False, info
