@@ -113,6 +113,12 @@ def test_an_emulator_scenario_is_a_lab_scenario_with_one_policy_per_scheme(tmp_p
         assert sc.paths[0].trace.preset == s.preset and sc.paths[0].rtt_ms == s.rtt_ms
     with pytest.raises(ValueError, match="no kernel TCP implementation"):
         emulate.edge_args("copa", tmp_path, 12.0, "tcp")
+    # A policy trained to start on Copa starts there on QUIC; the kernel has no Copa.
+    model = tmp_path / "copa-start"
+    model.mkdir()
+    (model / "policy.json").write_text(json.dumps({"info": {"start_cc": "copa"}}))
+    assert emulate.edge_args("floo", model, 12.0)[:4] == ["--cc", "copa", "--gear", "floo"]
+    assert emulate.edge_args("p-floo", model, 12.0, "tcp")[:2] == ["--tcp-cc", "cubic"]
 
 
 def test_the_gears_actions_are_read_from_the_edges_telemetry(tmp_path: Path) -> None:
@@ -221,3 +227,28 @@ def test_evaluate_starts_learned_schemes_where_the_policy_was_trained(tmp_path: 
     assert evaluate.trained_start_cc(model) == "copa"
     (model / "policy.json").write_text("{not json")
     assert evaluate.trained_start_cc(model) == "cubic"
+
+
+def test_diagnose_runs_a_policy_a_constant_and_the_loss_rule_through_the_gear_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from gearbox.floo import diagnose
+
+    common = ["--scenarios", "2", "--duration-s", "30", "--period-s", "6", "--jobs", "1", "--cache", str(tmp_path)]
+    assert diagnose.main(["--fixed", "bbr", "--start-cc", "copa", *common]) == 0
+    out = capsys.readouterr().out
+    assert "pooled mean RCT" in out and "'bbr'" in out and "cubic" not in out.split("choices")[1]
+    model = tmp_path / "m"
+    assert (
+        train.main(
+            ["--out", str(model), "--steps", "32", "--envs", "1", "--scenarios", "2", "--episode-s", "30"]
+            + ["--rollout-steps", "32"]
+        )
+        == 0
+    )
+    assert diagnose.main(["--model-dir", str(model), *common]) == 0
+    out = capsys.readouterr().out
+    assert "mean class probabilities" in out and "max_delivery_rate_log10_mbps" in out
+    assert diagnose.main(["--loss-rule", "0.001", "0.01", "--switch", "part", *common]) == 0
+    with pytest.raises(SystemExit):
+        diagnose.main(["--model-dir", str(tmp_path / "none")])

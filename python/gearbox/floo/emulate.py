@@ -26,17 +26,24 @@ TCP_STATIC = ("cubic", "bbr", "westwood")
 
 def edge_args(scheme: str, model_dir: Path, period_s: float, proto: str = "quic") -> list[str]:
     """The edge flags of one scheme; on `tcp` the start controller is the kernel's
-    (`--tcp-cc`) and the gear switches `TCP_CONGESTION`."""
+    (`--tcp-cc`) and the gear switches `TCP_CONGESTION`. On QUIC the learned schemes
+    start where the policy was trained to start (`info.start_cc`, as the simulator's
+    evaluation does); on TCP on Cubic (the kernel has no Copa)."""
+    from gearbox.floo.evaluate import trained_start_cc
+
     if proto == "tcp" and scheme not in (*TCP_STATIC, "floo", "p-floo", "random"):
         raise ValueError(f"{scheme} has no kernel TCP implementation; on tcp the static schemes are {TCP_STATIC}")
     cc = "--tcp-cc" if proto == "tcp" else "--cc"
+    start = trained_start_cc(model_dir)
+    if proto == "tcp" and start not in TCP_STATIC:
+        start = "cubic"
     gear = ["--period-s", f"{period_s:g}"]
     if scheme == "floo":
-        return [cc, "cubic", "--gear", "floo", "--model-dir", str(model_dir), *gear]
+        return [cc, start, "--gear", "floo", "--model-dir", str(model_dir), *gear]
     if scheme == "p-floo":
-        return [cc, "cubic", "--gear", "floo", "--model-dir", str(model_dir), "--switch", "part", *gear]
+        return [cc, start, "--gear", "floo", "--model-dir", str(model_dir), "--switch", "part", *gear]
     if scheme == "random":
-        return [cc, "cubic", "--gear", "random", *gear]
+        return [cc, start, "--gear", "random", *gear]
     return [cc, scheme]
 
 
