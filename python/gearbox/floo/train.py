@@ -109,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         default="full",
         help="how the rollouts switch: full (Floo) or part (P-Floo) migration (docs/floo.md)",
     )
-    p.add_argument("--ent-coef", type=float, default=None, help="PPO's entropy bonus (default: the PPOConfig's)")
+    p.add_argument(
+        "--ent-coef",
+        type=float,
+        default=0.1,
+        help="PPO's entropy bonus (0.1: the shipped policy's; with CleanRL's 0.01 it collapsed to Copa, docs/floo.md)",
+    )
     p.add_argument("--actor-lr", type=float, default=None, help="the actor's learning rate (default: Floo's 1e-4)")
     p.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: Floo's 2e-4)")
     args = p.parse_args(argv)
