@@ -5,7 +5,8 @@ holds on the real stack.
 Each scenario becomes a lab scenario (docs/lab.md) with one condition: the scenario's
 trace preset and seed on the path, its RTT, jitter, loss and buffer, the `app` workload,
 and one policy per scheme, all HTTP/3 to `gearbox edge` with the scheme's flags:
-`--cc NAME` for a static controller, `--cc cubic --gear floo --model-dir DIR` for Floo
+`--cc NAME` for a static controller, `--cc START --gear floo --model-dir DIR` for Floo
+(START: the policy's training start, `info.start_cc`)
 (`--switch part` for P-Floo), `--gear random` for random switching. `gearbox lab run`
 runs them one after another in network namespaces (root) and writes `summary.json`, whose
 per-policy mean RCT this module compares with the simulator's.

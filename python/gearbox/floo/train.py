@@ -5,8 +5,11 @@ Each episode is one simulated connection (`gearbox/CcaSelection-v0`): `--episode
 `app` workload (Floo §4.3.1: 10-minute episodes, a new application trace each) over one of
 the training scenarios (`gearbox.floo.scenarios.training_set`: real-world-like traces
 plus WSP-sampled Table 4 parameters), the controller chosen every selection period among
-Cubic, BBR, Copa and Westwood+, switched with full state migration, rewarded with
-ln(previous mean RCT / mean RCT). Rollouts run in `--envs` local processes (Floo
+Cubic, BBR, Copa and Westwood+, switched with full state migration (`--switch`), every
+connection starting on `--start-cc`. The reward is `--reward baseline` by default: the
+period's requests' mean RCT when the episode runs on `--baseline-cc` alone over their mean
+RCT under the policy, in log; Floo §3.3's ln(previous mean RCT / mean RCT) is `--reward
+gradient` (docs/floo.md says why it was replaced). Rollouts run in `--envs` local processes (Floo
 Appendix C runs ten agent/server/client sets; here, one per core).
 
 Output in `--out` (default `models/floo`): `policy.json` + `policy.meta.json` (the actor,

@@ -3,7 +3,7 @@
 `gearbox/CcaSelection-v0` is Floo's selection problem (Floo §3.3): every selection period
 SP the agent sees the connection's monitor (Floo §3.2, Table 2, normalised as below) and
 picks its congestion controller among the seed's four (Cubic, BBR, Copa, Westwood+); the
-switch is the suite's full switching (§3.4); the reward is ln(previous mean RCT / mean RCT
+switch is the suite's full switching (§3.4); Floo's reward is ln(previous mean RCT / mean RCT
 of this period), so a period that completes requests faster than the one before is
 rewarded. Each episode draws one of the given scenarios (simulation configs, docs/sim.md)
 and a seed; an episode ends when the simulation does (every request done, or its
