@@ -1112,7 +1112,9 @@ impl Sim {
     fn drive_server(&mut self, h: ConnectionHandle, now: Instant) -> bool {
         let mut progress = false;
         {
-            let Some(s) = self.servers.get_mut(&h) else { return false };
+            let Some(s) = self.servers.get_mut(&h) else {
+                return false;
+            };
             if s.conn.poll_timeout().is_some_and(|t| t <= now) {
                 s.conn.handle_timeout(now);
                 progress = true;

@@ -312,7 +312,11 @@ impl SimConfig {
             }
             1 => {}
             _ => {
-                let field = if self.population.is_some() { "population" } else { "path" };
+                let field = if self.population.is_some() {
+                    "population"
+                } else {
+                    "path"
+                };
                 return Err(bad(
                     field,
                     "give one of [down]/[up] (one path), [[path]] entries or [population], not several".into(),

@@ -73,10 +73,23 @@ fn requests_spread_over_the_prefixes_and_a_far_prefix_is_slower() {
     // Each prefix runs on its own link: the 200 ms prefix's handshakes take ten times the
     // 20 ms ones', and its responses take far longer; the three 20 ms prefixes agree.
     for p in 0..3 {
-        assert!((20.0..40.0).contains(&handshake(p)), "prefix {p}: handshake {}", handshake(p));
-        assert!(rct(3) > rct(p) + 300.0, "prefix 3 {} ms vs prefix {p} {} ms", rct(3), rct(p));
+        assert!(
+            (20.0..40.0).contains(&handshake(p)),
+            "prefix {p}: handshake {}",
+            handshake(p)
+        );
+        assert!(
+            rct(3) > rct(p) + 300.0,
+            "prefix 3 {} ms vs prefix {p} {} ms",
+            rct(3),
+            rct(p)
+        );
     }
-    assert!((200.0..260.0).contains(&handshake(3)), "prefix 3: handshake {}", handshake(3));
+    assert!(
+        (200.0..260.0).contains(&handshake(3)),
+        "prefix 3: handshake {}",
+        handshake(3)
+    );
     // Each prefix's links carried its own packets: 4 prefixes x (down, up).
     assert_eq!(out.links.len(), 8);
     for (i, dir, stats) in &out.links {
@@ -153,7 +166,12 @@ fn a_cwnd_table_entry_for_one_prefix_changes_only_that_prefixs_window() {
         )
     };
     for p in [0, 2] {
-        assert!(transfer(1) + 10.0 < transfer(p), "prefix 1 {} ms vs prefix {p} {} ms", transfer(1), transfer(p));
+        assert!(
+            transfer(1) + 10.0 < transfer(p),
+            "prefix 1 {} ms vs prefix {p} {} ms",
+            transfer(1),
+            transfer(p)
+        );
     }
 }
 
@@ -167,7 +185,10 @@ fn bad_population_configs_name_the_field() {
     let e = err(population(1).replace("rate_bps = 5000000", "rate_bps = 0"));
     assert!(e.contains("pop.toml: population.prefix[0].down"), "{e}");
     let e = err(population(1).replace("delay_ms = 100.0", "delay_msec = 100.0"));
-    assert!(e.contains("population.prefix[0].down") && e.contains("delay_msec"), "{e}");
+    assert!(
+        e.contains("population.prefix[0].down") && e.contains("delay_msec"),
+        "{e}"
+    );
     let e = err(format!("{}[down]\nrate_bps = 1000000\n", population(1)));
     assert!(e.contains("not several"), "{e}");
     let e = err(population(1).replace("time_scale = 0.125", "time_scale = 0.0"));
