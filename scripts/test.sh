@@ -4,15 +4,17 @@
 # need root), and the Python tests. Sets up what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, in seconds since this script began (CI's budget is 30 minutes).
+at() { echo "== $1 (at ${SECONDS} s)"; }
 scripts/setup.sh
 
 # `gearbox lab` finds Python next to the repository it was built in, which it cannot
 # tell when the build lives outside it (CARGO_TARGET_DIR): name the venv's.
 export GEARBOX_PYTHON="${GEARBOX_PYTHON:-$PWD/.venv/bin/python}"
 
-echo "== rustfmt"; cargo fmt --all --check
-echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"; cargo build -p gearbox-cli --locked
+at "rustfmt"; cargo fmt --all --check
+at "clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+at "cargo test"; cargo build -p gearbox-cli --locked
 cargo_log=$(mktemp)
 trap 'rm -f "$cargo_log"' EXIT
 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" cargo test --workspace --locked 2>&1 | tee "$cargo_log"
@@ -24,8 +26,8 @@ if [ "$ignored" -ne "$helpers" ]; then
   echo "cargo test ignored $ignored tests; only the $helpers marked #[ignore = \"helper: ...\"] may be" >&2
   exit 1
 fi
-echo "== ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
+at "ruff"; .venv/bin/ruff check python && .venv/bin/ruff format --check python
 # Everything the tests need is installed above, so a skipped test is a failed one here
 # (python/tests/require_all.py).
-echo "== pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" .venv/bin/pytest -q --durations=15 python/tests
-echo "all tests passed"
+at "pytest"; GEARBOX_REQUIRE_ALL=1 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" .venv/bin/pytest -q --durations=15 python/tests
+echo "all tests passed in ${SECONDS} s"

@@ -358,6 +358,7 @@ pub fn run_get(a: GetArgs) -> anyhow::Result<()> {
         }
         req.discard_body = a.output.is_none();
         let (result, record) = client.request_with_record(req).await;
+        client.close_connections().await;
         client.config().telemetry.finish().await;
         println!("{}", serde_json::to_string(&record).context("record to JSON")?);
         match result {
@@ -459,6 +460,7 @@ fn run_get_page(a: GetArgs) -> anyhow::Result<()> {
             ..PageLoadOptions::default()
         };
         let load = client.load_page_with(&origin, &page, &options).await;
+        client.close_connections().await;
         client.config().telemetry.finish().await;
         let mut record = serde_json::json!({
             "url": format!("{origin}{path}"),
@@ -730,6 +732,7 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             u.abort();
         }
         let page_loads = page_loads?;
+        client.close_connections().await;
         client.config().telemetry.finish().await;
         Ok::<_, anyhow::Error>((log.take(), page_loads))
     })?;

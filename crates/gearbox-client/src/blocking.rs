@@ -103,7 +103,10 @@ impl Drop for BlockingClient {
         // block_on panics inside another runtime; records are then flushed by the sink's
         // own task when the runtime shuts down (and uploaded by the next client on the spool).
         if tokio::runtime::Handle::try_current().is_err() {
-            self.runtime.block_on(self.client.config().telemetry.finish());
+            self.runtime.block_on(async {
+                self.client.close_connections().await;
+                self.client.config().telemetry.finish().await;
+            });
         }
     }
 }

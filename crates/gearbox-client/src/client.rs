@@ -265,6 +265,13 @@ impl Client {
         self.inner.cfg.telemetry.flush().await;
     }
 
+    /// Closes the client's QUIC connections politely (CONNECTION_CLOSE with
+    /// H3_NO_ERROR), waiting at most 100 ms for the closes to leave. TCP connections
+    /// close with their sockets. [`crate::BlockingClient`] does this when dropped.
+    pub async fn close_connections(&self) {
+        self.inner.pools.h3.close(Duration::from_millis(100)).await;
+    }
+
     /// Sends a request and reads the whole response. One record is written to telemetry
     /// either way; on success it is also in [`Response::record`].
     pub async fn request(&self, req: Request) -> Result<Response, ClientError> {

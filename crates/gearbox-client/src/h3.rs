@@ -97,6 +97,18 @@ impl Pool {
         eps.insert((local, v6), ep.clone());
         Ok(ep)
     }
+
+    /// Closes every QUIC connection with H3_NO_ERROR (RFC 9114 §8.1) and gives the
+    /// endpoints up to `bound` to send the closes. Without it a client whose runtime
+    /// stops right after its last response leaves the server's side open until its idle
+    /// timeout, waiting for acknowledgements that never come.
+    pub async fn close(&self, bound: Duration) {
+        let eps: Vec<quinn::Endpoint> = lock(&self.endpoints).values().cloned().collect();
+        for ep in &eps {
+            ep.close(quinn::VarInt::from_u32(0x100), b"client closing");
+        }
+        let _ = tokio::time::timeout(bound, futures::future::join_all(eps.iter().map(|e| e.wait_idle()))).await;
+    }
 }
 
 /// A QUIC connection and HTTP/3 on it, bounded by the connect timeout; `idle`: the

@@ -48,6 +48,43 @@ async fn our_edge_serves_synthetic_sizes_and_accepts_uploads_on_every_protocol()
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
 }
 
+/// Closing a client ends its QUIC connections at the edge at once (CONNECTION_CLOSE with
+/// H3_NO_ERROR), not at an idle timeout: here both sides' idle timeouts are an hour, so
+/// only the close can end the connection within the test's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_client_ends_its_quic_connections_at_the_edge() {
+    let site = Site::new();
+    let mut config = gearbox_edge::EdgeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        ..gearbox_edge::EdgeConfig::default()
+    };
+    config.limits.connection_idle_timeout_ms = 3_600_000;
+    let edge = site.edge(config).await;
+    let (quic, live) = (edge.quic_addr(), edge.live());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = gearbox_client::Client::new(gearbox_client::ClientConfig {
+        idle_timeout: std::time::Duration::from_secs(3600),
+        ..site.config()
+    })
+    .expect("client");
+    bounded(async {
+        let url = format!("https://{quic}/bytes/1000");
+        let got = client.request(Request::get(&url, TransportPref::Quic)).await;
+        assert_eq!(got.expect("GET over HTTP/3").body.len(), 1000);
+        assert_eq!(live.list().len(), 1, "one QUIC connection open at the edge");
+        client.close_connections().await;
+        while !live.list().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
+}
+
 /// A counter of the kernel's MPTCP MIB (`/proc/net/netstat`, `MPTcpExt` lines).
 fn mptcp_counter(name: &str) -> u64 {
     let text = std::fs::read_to_string("/proc/net/netstat").expect("/proc/net/netstat");

@@ -47,6 +47,38 @@ pub use quic_runtime::QUIC_THREAD_NAME;
 /// How long in-flight requests get to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// How long a connection that was sent GOAWAY at shutdown (and, on QUIC, at its idle
+/// timeout) waits, with no request in progress, for requests already on their way.
+pub(crate) const GOAWAY_LINGER: Duration = Duration::from_millis(500);
+
+/// How a TLS or QUIC handshake bounded by [`bounded_handshake`] ended.
+pub(crate) enum Handshake<T> {
+    /// It finished (successfully or not) within the handshake timeout.
+    Done(T),
+    /// `handshake_timeout_ms` passed first.
+    TimedOut,
+    /// The edge began shutting down first. A connection still in its handshake carries
+    /// no request, so nothing is lost by dropping it; waiting would hold the shutdown up
+    /// until the handshake timeout whenever a client abandons a handshake (a race's
+    /// losing dial, a client gone away).
+    ShutDown,
+}
+
+/// Runs a handshake until it ends, `limit` passes, or `cancel` (the edge's shutdown) fires.
+pub(crate) async fn bounded_handshake<F: Future>(
+    handshake: F,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Handshake<F::Output> {
+    tokio::select! {
+        r = tokio::time::timeout(limit, handshake) => match r {
+            Ok(out) => Handshake::Done(out),
+            Err(_) => Handshake::TimedOut,
+        },
+        _ = cancel.cancelled() => Handshake::ShutDown,
+    }
+}
+
 /// Why the edge cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum EdgeError {
@@ -438,6 +470,7 @@ impl Edge {
         if let Some(t) = floo_task {
             let _ = t.await;
         }
+        tracing::debug!("shutdown: accepting stopped");
         shared.tracker.close();
         if tokio::time::timeout(SHUTDOWN_GRACE, shared.tracker.wait())
             .await
@@ -445,8 +478,10 @@ impl Edge {
         {
             tracing::warn!("requests still running after {SHUTDOWN_GRACE:?}; stopping anyway");
         }
+        tracing::debug!("shutdown: connections ended");
         quic.close(0u32.into(), b"edge shutting down");
         let _ = tokio::time::timeout(Duration::from_secs(2), quic.wait_idle()).await;
+        tracing::debug!("shutdown: QUIC endpoint idle");
         if let Some(t) = admin_task {
             let _ = t.await;
         }
@@ -458,6 +493,7 @@ impl Edge {
             t.restore_routes();
         }
         shared.telemetry.finish().await;
+        tracing::debug!("shutdown: telemetry flushed");
         drop(quic_runtime);
     }
 }

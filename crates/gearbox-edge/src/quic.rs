@@ -17,12 +17,11 @@ use crate::h3_ack::{AckConnection, AckOutcome, AckWatch, Bidi, SendHalf};
 use crate::limits::{Activity, Hit};
 use crate::live::AppCounters;
 use crate::service::{respond, EdgeBody, RequestBody};
-use crate::Shared;
+use crate::{bounded_handshake, Handshake, Shared, GOAWAY_LINGER};
 
-/// Longest wait for the client to acknowledge a response's last byte.
+/// Longest wait for the client to acknowledge a response's last byte. Past it (or
+/// [`GOAWAY_LINGER`] into a shutdown) the record's server time ends at the write instead.
 const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
-/// How long a connection that was sent GOAWAY waits for requests already on their way.
-const GOAWAY_LINGER: Duration = Duration::from_millis(500);
 
 type H3Stream = h3::server::RequestStream<Bidi<Bytes>, Bytes>;
 type H3Send = h3::server::RequestStream<SendHalf<Bytes>, Bytes>;
@@ -34,6 +33,8 @@ struct Conn {
     quinn: quinn::Connection,
     cc: String,
     watch: AckWatch,
+    /// The edge's shutdown.
+    cancel: CancellationToken,
     /// The connection's initial window and where it came from (TCP WISE's record).
     iw: Option<IwChoice>,
     /// Application-level counters for Floo's Monitor.
@@ -139,17 +140,23 @@ async fn connection(
     cancel: CancellationToken,
 ) {
     let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
-    let quinn = match tokio::time::timeout(handshake, connecting).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
+    let quinn = match bounded_handshake(connecting, handshake, &cancel).await {
+        Handshake::Done(Ok(c)) => c,
+        Handshake::Done(Err(e)) => {
             tracing::debug!(%peer, error = %e, "QUIC handshake failed");
             shared.telemetry.write(&record(&shared, id, peer, "quic_handshake"));
             return;
         }
-        Err(_) => {
+        Handshake::TimedOut => {
             shared
                 .telemetry
                 .write(&record(&shared, id, peer, "quic_handshake_timeout"));
+            return;
+        }
+        Handshake::ShutDown => {
+            shared
+                .telemetry
+                .write(&record(&shared, id, peer, "shutdown_in_handshake"));
             return;
         }
     };
@@ -177,6 +184,7 @@ async fn connection(
         quinn,
         cc,
         watch,
+        cancel: cancel.clone(),
         iw,
         app,
     });
@@ -254,6 +262,7 @@ async fn connection(
         // H3_NO_ERROR (RFC 9114 §8.1): an orderly close once every request is answered.
         conn.quinn.close(quinn::VarInt::from_u32(0x100), b"edge shutting down");
     }
+    tracing::debug!(%peer, "HTTP/3 connection closed");
 }
 
 async fn request(conn: Arc<Conn>, req: http::Request<()>, stream: H3Stream) {
@@ -266,14 +275,10 @@ async fn request(conn: Arc<Conn>, req: http::Request<()>, stream: H3Stream) {
     rec.path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
     let outcome = serve(&conn, parts, stream).await;
     match outcome {
-        Ok((status, bytes, first_byte, ack, hit)) => {
+        Ok((status, bytes, first_byte, (at, source), hit)) => {
             rec.error = hit.map(|h| h.name().to_string());
             rec.status = Some(status);
             rec.bytes = bytes;
-            let (at, source) = match ack {
-                Some(AckOutcome::Acked(at)) => (at, "quic_stream_acked"),
-                _ => (Instant::now(), "written"),
-            };
             rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
             rec.server_time_source = Some(source.into());
         }
@@ -356,7 +361,7 @@ async fn serve(
     conn: &Conn,
     parts: http::request::Parts,
     stream: H3Stream,
-) -> Result<(u16, u64, Instant, Option<AckOutcome>, Option<Hit>), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(u16, u64, Instant, (Instant, &'static str), Option<Hit>), Box<dyn std::error::Error + Send + Sync>> {
     let (mut send, recv): (H3Send, _) = stream.split();
     crate::service::added_processing(conn.shared.config.quic_processing_ms).await;
     let resp = respond(&conn.shared, parts, RequestBody::H3(Box::new(recv))).await;
@@ -394,9 +399,20 @@ async fn serve(
     conn.app.finished(generated.elapsed());
     let acked = conn.watch.watch(send.send_id());
     send.finish().await?;
-    let ack = tokio::time::timeout(ACK_WAIT_LIMIT, acked)
-        .await
-        .ok()
-        .and_then(Result::ok);
-    Ok((status, bytes, first_byte, ack, hit))
+    let written = Instant::now();
+    // A client that vanished without closing (its CONNECTION_CLOSE lost, its endpoint
+    // gone) never acknowledges: at shutdown that must not hold the edge up.
+    let shutdown = async {
+        conn.cancel.cancelled().await;
+        tokio::time::sleep(GOAWAY_LINGER).await;
+    };
+    let ack = tokio::select! {
+        r = tokio::time::timeout(ACK_WAIT_LIMIT, acked) => r.ok().and_then(Result::ok),
+        _ = shutdown => None,
+    };
+    let end = match ack {
+        Some(AckOutcome::Acked(at)) => (at, "quic_stream_acked"),
+        _ => (written, "written"),
+    };
+    Ok((status, bytes, first_byte, end, hit))
 }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::limits::{Activity, Hit};
 use crate::service::{respond, EdgeBody, RequestBody};
-use crate::Shared;
+use crate::{bounded_handshake, Handshake, Shared, GOAWAY_LINGER};
 
 /// Longest wait for the client to acknowledge a response's last byte.
 const ACK_WAIT_LIMIT: Duration = Duration::from_secs(10);
@@ -150,19 +150,25 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         crate::live::CcControl::Tcp(gearbox_cc::TcpCcHandle::from_socket(socket.clone())),
     );
     let handshake = Duration::from_millis(shared.config.handshake_timeout_ms);
-    let tls = match tokio::time::timeout(handshake, shared.tls_tcp.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
+    let tls = match bounded_handshake(shared.tls_tcp.accept(stream), handshake, &cancel).await {
+        Handshake::Done(Ok(tls)) => tls,
+        Handshake::Done(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
             shared
                 .telemetry
                 .write(&error_record(&shared, id, peer, "tls_handshake"));
             return;
         }
-        Err(_) => {
+        Handshake::TimedOut => {
             shared
                 .telemetry
                 .write(&error_record(&shared, id, peer, "tls_handshake_timeout"));
+            return;
+        }
+        Handshake::ShutDown => {
+            shared
+                .telemetry
+                .write(&error_record(&shared, id, peer, "shutdown_in_handshake"));
             return;
         }
     };
@@ -242,6 +248,7 @@ async fn connection(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: So
         }
     }
     linger(&conn_socket).await;
+    tracing::debug!(%peer, "TCP connection closed");
 }
 
 /// Counts and records a connection that a limit ended without a request record.
@@ -267,8 +274,8 @@ fn closed_by(
 /// Runs a hyper connection until it ends, closing it gracefully (HTTP/2 GOAWAY, or
 /// HTTP/1.1 close after the request in progress) on shutdown or once it has had no
 /// request in progress for `idle`. A connection told to close that still has nothing
-/// in progress `grace` later is dropped: a peer that never answers the GOAWAY's PING,
-/// or never sent its preface, cannot hold it open. A connection whose responses have
+/// in progress `grace` later ([`GOAWAY_LINGER`] at shutdown) is dropped: a peer that
+/// never answers the GOAWAY's PING, or never sent its preface, cannot hold it open. A connection whose responses have
 /// all waited `send` for the client to take their next piece is dropped at once (the
 /// client stopped reading; nothing graceful can reach it). Says which limit, if any,
 /// closed it.
@@ -284,11 +291,15 @@ where
     let mut conn = std::pin::pin!(conn);
     let mut closed_by = None;
     let mut closing = None;
+    // After GOAWAY at the idle timeout the client gets `grace` to end the connection
+    // itself; at shutdown only requests already on their way are waited for.
+    let mut linger = grace;
     loop {
         tokio::select! {
             r = conn.as_mut() => return (r, closed_by),
             _ = cancel.cancelled(), if closing.is_none() => {
                 closing = Some(tokio::time::Instant::now());
+                linger = GOAWAY_LINGER;
                 conn.as_mut().graceful_shutdown();
             }
             _ = activity.idle_for(idle), if closing.is_none() => {
@@ -296,7 +307,7 @@ where
                 closed_by = Some(Hit::Idle);
                 conn.as_mut().graceful_shutdown();
             }
-            _ = activity.quiet_after(closing.unwrap_or_else(tokio::time::Instant::now), grace), if closing.is_some() => {
+            _ = activity.quiet_after(closing.unwrap_or_else(tokio::time::Instant::now), linger), if closing.is_some() => {
                 return (Ok(()), closed_by);
             }
             _ = activity.send_stalled(send) => {
@@ -367,9 +378,10 @@ async fn request(conn: Arc<Conn>, req: http::Request<hyper::body::Incoming>) -> 
                 ..EdgeRecord::for_connection(c.id, c.peer, Some(c.protocol), time_unix_ms)
             };
             if complete {
+                let written = Instant::now();
                 let (at, source) = match wait_acked(&c.socket).await {
                     Some(at) => (at, "tcp_unacked_zero"),
-                    None => (Instant::now(), "written"),
+                    None => (written, "written"),
                 };
                 rec.server_time_ms = Some(at.saturating_duration_since(first_byte).as_secs_f64() * 1e3);
                 rec.server_time_source = Some(source.into());

@@ -239,6 +239,24 @@ async fn a_tcp_client_that_never_starts_tls_is_closed_at_the_handshake_timeout()
     assert_eq!(with_error(&records, "tls_handshake_timeout").len(), 1, "{records:?}");
 }
 
+/// A client that opened a connection and never finished its handshake (a race's losing
+/// dial, a client gone away) does not hold the edge's shutdown up until the handshake
+/// timeout, here far longer than `stop`'s bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_in_progress_does_not_hold_up_the_shutdown() {
+    let edge = start(|c| c.handshake_timeout_ms = 3_600_000).await;
+    let _silent = TcpStream::connect(edge.tcp).await.unwrap();
+    // The edge lists a TCP connection from accept, before its handshake.
+    bounded("connection accepted", async {
+        while !edge.connections().await.contains("\"tcp\"") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let records = edge.stop().await;
+    assert_eq!(with_error(&records, "shutdown_in_handshake").len(), 1, "{records:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_http2_connection_gets_goaway_at_the_idle_timeout() {
     let edge = start(|_| {}).await;

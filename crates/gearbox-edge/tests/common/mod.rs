@@ -47,8 +47,19 @@ impl Running {
 
     /// The admin port's `/metrics` text.
     pub async fn metrics(&self) -> String {
+        self.admin_get("/metrics").await
+    }
+
+    /// The admin port's `/connections` (JSON, after the response's head).
+    #[allow(dead_code)] // not every test binary asks for it
+    pub async fn connections(&self) -> String {
+        self.admin_get("/connections").await
+    }
+
+    /// The admin port's whole response (head and body) to a GET of `path`.
+    async fn admin_get(&self, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(self.admin).await.unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let mut out = String::new();
