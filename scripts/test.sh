@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage's start, in seconds since this script began (CI's budget is 30 minutes).
 at() { echo "== $1 (at ${SECONDS} s)"; }
+# The Python extension in the dev profile, sharing the dependencies the Rust tests build
+# (scripts/python-setup.sh).
+export GEARBOX_PY_PROFILE="${GEARBOX_PY_PROFILE:-dev}"
 scripts/setup.sh
 
 # `gearbox lab` finds Python next to the repository it was built in, which it cannot

@@ -10,27 +10,46 @@
 //!
 //! and climbs the utility's gradient (§4):
 //! - **Starting** (§4.1): the rate doubles every MI until the utility falls; then the
-//!   last rate before the fall is the base.
+//!   last rate before the fall is the base. A Starting MI's RTT gradient counts only
+//!   when it lifts the RTT by more than 30% of the min RTT over the MI, so that RTT
+//!   jitter on an idle path cannot end it (a doubling past the bottleneck lifts it by
+//!   half an MI or more, and loss ends it too).
 //! - **Probing** (§4.2): two pairs of MIs at `r(1 + ε)` and `r(1 − ε)`, ε = 0.05, each
 //!   pair in random order; when both pairs agree on the better direction, the gradient
-//!   `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ`, amplified by the
-//!   confidence `m` (1, 2, 3, ... for consecutive steps the same way; back to 1 on a
-//!   turn) and held within the dynamic change boundary `|Δr| ≤ ω r`, with ω starting at
-//!   5% and growing by 10% each consecutive time a step hits it (reset when one does
-//!   not). Pairs that disagree are probed again. The paper moves on from the new rate
-//!   with MIs that keep estimating the gradient; here every step is followed by a new
-//!   probe, which costs an RTT or two of reaction and keeps one rule.
+//!   `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ` from the better probe's
+//!   rate. Pairs that disagree are probed again.
+//! - **Moving** (§4.2): the rate then keeps stepping that way, one step per MI scored at
+//!   the new rate, the gradient re-estimated from the last two steps' utilities, while
+//!   the utility keeps improving; when it does not, back to the better of the two rates
+//!   and probe again. The confidence amplifier `m` counts the consecutive steps one way
+//!   (1, 2, 3, ...; back to 1 on a turn), and the dynamic change boundary holds every
+//!   step within `|Δr| ≤ ω r`, ω = ω0 + k·δ (5% + k · 10%), k the consecutive steps it
+//!   held back (a step that fits lowers k to the smallest that holds it). No step is
+//!   smaller than the probes' ε: a smaller one would be judged on a utility difference
+//!   below what the probes can tell from noise.
+//!
+//! Two readings of eq. 1 for this stack, both measured (docs/cc.md "Validation"): x is
+//! the rate the MI chose, not the bytes it happened to send (at a few packets per MI
+//! the count of whole packets swings by more than ε); and only a rising RTT counts (a
+//! falling one is a queue that earlier MIs built draining, and rewarding it made the
+//! probes' verdicts follow the bursts at MI starts, not the rates).
 //!
 //! MIs overlap their results: an MI's packets are acknowledged about an RTT after it
 //! ends, so the rate of the MIs started meanwhile was already set; each MI keeps its own
 //! accounts (bytes sent in it, those of them acknowledged, their RTT samples) and is
 //! scored when all its bytes are acknowledged or two sRTTs after it ended, what is still
-//! unacknowledged then counting as lost.
+//! unacknowledged then counting as lost. An MI lasts an sRTT, and at least ten packets
+//! at its rate.
 //!
 //! **Rate on quinn** (docs/cc.md "Rates on a window-based stack"): Vivace is
-//! rate-based; quinn paces and limits by the window, so the window is the rate times the
-//! min RTT (Floo §3.4: "cwnd = rate × RTT"), doubled, plus two packets: an MI's rate is
-//! sent while the queue stays under one min RTT, and a queue beyond it caps the rate.
+//! rate-based; quinn paces and limits by the window, so the window is the MI's rate
+//! times the min RTT (Floo §3.4: "cwnd = rate × RTT") plus two packets (for ACKs that
+//! quinn's peer delays to every second packet). Sized on the min RTT, not the sRTT:
+//! with the sRTT a queue the rate built raised the window that fed it, the rate's
+//! excess over the bottleneck ran the buffer full, and Vivace settled at 5-13% loss
+//! (measured in the simulator); on the min RTT a rate above the bottleneck builds a
+//! queue of `(rate / capacity − 1) × min RTT` and no more, which is the RTT gradient
+//! the next probes see.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -114,9 +133,21 @@ impl VivaceConfig {
 /// misjudged from late loss reports cannot double the rate.
 const MAX_BOUNDARY: f64 = 0.5;
 
+/// RTT rise over a Starting MI, as a fraction of the min RTT, below which its RTT
+/// gradient does not count (0.3: a doubling that overshoots the bottleneck by half
+/// raises the RTT by half an MI's length, well above it; the ms of jitter an idle path
+/// and quinn's pacing bursts give, far below it at any rate).
+const STARTING_RTT_INFLATION: f64 = 0.3;
+
 /// Loss rate of an MI above which its RTT gradient is not used: twice the random loss
-/// c = 11.35 is tuned to tolerate (Vivace §3: 5%).
+/// c = 11.35 is tuned to tolerate (Vivace §3: 5%). Without this exemption an MI that
+/// drains part of a full drop-tail queue (and so sees its RTT climb back) pays more
+/// than one that overflows it, and the rate settles deeper in loss (measured in the
+/// simulator: 21% against 13% at 10 Mbit/s, 1 BDP).
 const HEAVY_LOSS: f64 = 0.1;
+
+/// Fewest packets an MI is long enough to carry at its rate.
+const MIN_MI_PACKETS: f64 = 10.0;
 
 /// What an MI was for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,8 +156,14 @@ enum Purpose {
     Starting,
     /// One MI of probing round `round`: `up` at r(1+ε), else r(1−ε); `pair` 0 or 1.
     Probe { round: u64, pair: u8, up: bool },
+    /// Sent at the rate of the moving phase's step `step`.
+    Moving { step: u64 },
     /// Sent at the base rate while a decision was pending; not scored.
     Base,
+    /// Sent before the first RTT sample, at the initial window's rate; not scored, and
+    /// ended by the first sample (its length, the initial RTT guess of 333 ms, would
+    /// otherwise hold the Starting phase back by as long).
+    Initial,
 }
 
 /// One monitor interval's accounts.
@@ -149,6 +186,20 @@ struct Mi {
 enum Mode {
     Starting,
     Probing,
+    /// Stepping in the direction the last conclusive probe chose, one step per scored
+    /// MI, while the utility keeps improving that way.
+    Moving,
+}
+
+/// The moving phase's latest sample and step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Moving {
+    /// Index of the current step: the MIs sent at its rate carry it.
+    step: u64,
+    /// Direction of the moves: up or down.
+    up: bool,
+    /// Rate (bytes per second) and utility of the sample before the current step.
+    last: (f64, f64),
 }
 
 /// PCC Vivace.
@@ -173,6 +224,8 @@ pub struct Vivace {
     last_up: Option<bool>,
     /// Dynamic change boundary ω.
     boundary: f64,
+    /// The moving phase's state (`Mode::Moving` only).
+    moving: Option<Moving>,
     rng: u64,
     /// The window the rate gives, bytes.
     window: u64,
@@ -197,6 +250,7 @@ impl Vivace {
             confidence: 1.0,
             last_up: None,
             boundary: config.initial_boundary,
+            moving: None,
             rng: config.seed | 1,
             window: initial_window,
             initial_window,
@@ -216,11 +270,31 @@ impl Vivace {
     }
 
     /// u(x) of eq. 1 for an MI.
-    fn utility(&self, mi: &Mi) -> f64 {
+    ///
+    /// The RTT gradient counts only when it is positive: a falling RTT inside an MI is
+    /// a queue that earlier MIs built draining, credit no rate choice of this MI earned
+    /// (with it, whichever probe happened to follow a burst scored hundreds of utility
+    /// units above its pair at 50 Mbit/s, b · x · |dRTT/dT| = 900 · 50 · 0.01 = 450
+    /// against x^t ≈ 34, and the probes' verdicts were the queue's history, not the
+    /// rates'). A growing queue, the one signal the term is there for, still counts.
+    /// In the Starting phase the gradient must also lift the RTT by more than
+    /// [`STARTING_RTT_INFLATION`] of the min RTT over the MI: the rate doubles until a
+    /// real queue or loss says stop, not until the jitter of an idle path does.
+    fn utility(&self, mi: &Mi, min_rtt: Duration) -> f64 {
         let duration = mi.end.saturating_duration_since(mi.start).as_secs_f64().max(1e-6);
-        let x = mi.sent as f64 * 8.0 / duration / 1e6;
+        // x is the rate the MI chose (§3: the sender's sending rate), not the bytes it
+        // happened to send over its length: on quinn the window releases whole packets
+        // in pacing bursts, and at a few packets per MI that count swings by more than
+        // the probes' ε, so probes compared on it agreed only by chance.
+        let x = mi.rate * 8.0 / 1e6;
         let loss = if mi.sent > 0 {
             mi.sent.saturating_sub(mi.acked) as f64 / mi.sent as f64
+        } else {
+            0.0
+        };
+        let starting = mi.purpose == Purpose::Starting;
+        let inflation_floor = if starting {
+            STARTING_RTT_INFLATION * min_rtt.as_secs_f64() / duration
         } else {
             0.0
         };
@@ -229,7 +303,10 @@ impl Vivace {
         // the trend, and the loss term alone judges the MI.
         let gradient = match rtt_slope(&mi.rtts) {
             Some((g, se))
-                if loss <= HEAVY_LOSS && g.abs() >= self.config.rtt_gradient_tolerance && g.abs() >= 2.0 * se =>
+                if loss <= HEAVY_LOSS
+                    && g >= self.config.rtt_gradient_tolerance
+                    && g >= 2.0 * se
+                    && g > inflation_floor =>
             {
                 g
             }
@@ -241,8 +318,11 @@ impl Vivace {
     }
 
     fn plan_probe(&mut self) {
+        self.mode = Mode::Probing;
+        self.moving = None;
         self.round += 1;
         self.scores.clear();
+        self.plan.clear();
         let (lo, hi) = (
             self.rate * (1.0 - self.config.epsilon),
             self.rate * (1.0 + self.config.epsilon),
@@ -273,6 +353,10 @@ impl Vivace {
                 (Purpose::Starting, r)
             }
             Mode::Probing => self.plan.pop_front().unwrap_or((Purpose::Base, self.rate)),
+            Mode::Moving => {
+                let step = self.moving.map_or(0, |m| m.step);
+                (Purpose::Moving { step }, self.rate)
+            }
         }
     }
 
@@ -280,9 +364,8 @@ impl Vivace {
         match (self.mode, mi.purpose) {
             (Mode::Starting, Purpose::Starting) => match self.best {
                 Some((best_rate, best_u)) if utility < best_u => {
+                    // §4.1: back to the last rate before the fall, and learn from there.
                     self.rate = best_rate;
-                    self.mode = Mode::Probing;
-                    self.plan.clear();
                     self.plan_probe();
                 }
                 _ => self.best = Some((mi.rate, utility)),
@@ -293,11 +376,38 @@ impl Vivace {
                     self.decide();
                 }
             }
+            (Mode::Moving, Purpose::Moving { step }) => {
+                let Some(moving) = self.moving else { return };
+                // Only the first MI scored at the current step's rate is a new sample;
+                // the others at that rate went out while it was being scored.
+                if step != moving.step {
+                    return;
+                }
+                let (last_rate, last_u) = moving.last;
+                let dr_mbps = (mi.rate - last_rate) * 8.0 / 1e6;
+                let gamma = if dr_mbps == 0.0 {
+                    0.0
+                } else {
+                    (utility - last_u) / dr_mbps
+                };
+                if gamma == 0.0 || (gamma > 0.0) != moving.up {
+                    // The utility no longer improves this way: back to the better of the
+                    // two rates and probe again (§4.2).
+                    self.rate = if utility > last_u { mi.rate } else { last_rate };
+                    self.confidence = 1.0;
+                    self.last_up = None;
+                    self.boundary = self.config.initial_boundary;
+                    self.plan_probe();
+                    return;
+                }
+                self.step(gamma, mi.rate, (mi.rate, utility));
+            }
             _ => {}
         }
     }
 
-    /// §4.2: both pairs agree → a gradient step, amplified and bounded; else probe again.
+    /// §4.2: both pairs agree → a gradient step, and the moving phase from the better
+    /// probe's rate; else probe again.
     fn decide(&mut self) {
         let pick = |pair: u8, up: bool, scores: &[(u8, bool, f64)]| {
             scores.iter().find(|s| s.0 == pair && s.1 == up).map_or(0.0, |s| s.2)
@@ -306,12 +416,33 @@ impl Vivace {
         let d1 = pick(1, true, &self.scores) - pick(1, false, &self.scores);
         if d0.signum() != d1.signum() || d0 == 0.0 {
             self.confidence = 1.0;
+            self.last_up = None;
             self.plan_probe();
             return;
         }
         let up = d0 > 0.0;
         let r_mbps = self.rate * 8.0 / 1e6;
         let gamma = (d0 + d1) / 2.0 / (2.0 * self.config.epsilon * r_mbps);
+        // The moving phase starts from the probe rate that won, with its mean utility
+        // as the sample the first step is judged against.
+        let from = self.rate
+            * if up {
+                1.0 + self.config.epsilon
+            } else {
+                1.0 - self.config.epsilon
+            };
+        let u = (pick(0, up, &self.scores) + pick(1, up, &self.scores)) / 2.0;
+        self.step(gamma, from, (from, u));
+    }
+
+    /// One gradient step from `from` (bytes per second): `Δr = θ0 · m · γ`, with the
+    /// confidence amplifier m counting the consecutive steps in one direction, held
+    /// within the dynamic change boundary `|Δr| ≤ ω · r` (§4.2). ω = ω0 + k·δ, k the
+    /// number of consecutive steps the boundary held back; a step that fits lowers k to
+    /// the smallest that still holds it, so one unbounded step after a run of bounded
+    /// ones does not throw away what the run learnt. Then the next moving sample.
+    fn step(&mut self, gamma: f64, from: f64, last: (f64, f64)) {
+        let up = gamma > 0.0;
         if self.last_up == Some(up) {
             self.confidence += 1.0;
         } else {
@@ -319,16 +450,27 @@ impl Vivace {
             self.boundary = self.config.initial_boundary;
         }
         self.last_up = Some(up);
-        let mut step = self.config.step_scale * self.confidence * gamma;
+        let r_mbps = from * 8.0 / 1e6;
+        let mut change = self.config.step_scale * self.confidence * gamma.abs();
         let bound = self.boundary * r_mbps;
-        if step.abs() > bound {
-            step = bound.copysign(step);
+        if change > bound {
+            change = bound;
             self.boundary = (self.boundary + self.config.boundary_step).min(MAX_BOUNDARY);
-        } else {
-            self.boundary = self.config.initial_boundary;
+        } else if self.config.boundary_step > 0.0 {
+            let needed = ((change / r_mbps - self.config.initial_boundary) / self.config.boundary_step)
+                .ceil()
+                .max(0.0);
+            self.boundary = self.config.initial_boundary + needed * self.config.boundary_step;
         }
-        self.rate = ((r_mbps + step) * 1e6 / 8.0).max(self.min_rate());
-        self.plan_probe();
+        // Never a step smaller than the probes' spacing: a smaller one would be judged
+        // on a utility difference below what the probes could tell from noise.
+        let change = change.max(self.config.epsilon * r_mbps);
+        let to = if up { r_mbps + change } else { r_mbps - change };
+        self.rate = (to * 1e6 / 8.0).max(self.min_rate());
+        let step = self.moving.map_or(0, |m| m.step) + 1;
+        self.mode = Mode::Moving;
+        self.plan.clear();
+        self.moving = Some(Moving { step, up, last });
     }
 
     fn update_window(&mut self, path: &PathState) {
@@ -347,7 +489,8 @@ impl Vivace {
     /// (what is still unacknowledged then counts as lost: quinn reports a batch of
     /// losses by the send time of its newest packet only, too coarse to split among
     /// MIs, while acknowledgements come packet by packet).
-    fn score_finished(&mut self, now: Instant, srtt: Duration) {
+    fn score_finished(&mut self, now: Instant, path: &PathState) {
+        let srtt = path.srtt;
         while let Some(front) = self.mis.front() {
             let current = self.mis.len() == 1;
             let accounted = front.acked >= front.sent && now >= front.end;
@@ -356,7 +499,7 @@ impl Vivace {
                 break;
             }
             let mi = self.mis.pop_front().expect("front exists");
-            let u = self.utility(&mi);
+            let u = self.utility(&mi, path.min_rtt_or_srtt());
             self.scored(&mi, u);
         }
     }
@@ -371,12 +514,10 @@ impl Vivace {
     }
 }
 
-/// The window that lets `rate` (bytes per second) be sent on quinn: the rate over two
-/// min RTTs plus two packets. Sized on the min RTT, not the sRTT, so that a queue the
-/// rate built does not raise the window that feeds it (the rate's own RTT gradient and
-/// losses are what should bring it down); two min RTTs leave room for a queue of one.
+/// The window that lets `rate` (bytes per second) be sent on quinn: the rate over one
+/// min RTT plus two packets (module docs, "Rate on quinn").
 fn window_for(rate: f64, path: &PathState, mtu: u64) -> u64 {
-    window_of_rate(rate as u64, path.srtt) + 2 * mtu
+    window_of_rate(rate as u64, path.min_rtt_or_srtt()) + 2 * mtu
 }
 
 /// Slope of the least-squares line through (t, rtt) samples, seconds per second, and
@@ -403,15 +544,37 @@ fn rtt_slope(samples: &[(f64, f64)]) -> Option<(f64, f64)> {
 
 impl Algorithm for Vivace {
     fn on_sent(&mut self, now: Instant, bytes: u64, path: &PathState) {
+        let sampled = path.delivered > 0;
+        if let Some(m) = self.mis.back_mut() {
+            if m.purpose == Purpose::Initial && sampled && now < m.end {
+                m.end = now;
+            }
+        }
         if self.mis.back().is_none_or(|m| now >= m.end) {
             // Before the first RTT sample the MI's length is a guess and its rate the
             // initial window's: send it, but score nothing of it.
-            let (purpose, rate) = if path.delivered == 0 {
-                (Purpose::Base, self.rate)
-            } else {
+            let (purpose, mut rate) = if sampled {
                 self.next_mi(path.srtt)
+            } else {
+                (Purpose::Initial, self.rate)
             };
-            let length = path.srtt.max(Duration::from_millis(10));
+            // Never above twice what the path ever delivered (see `update_window`),
+            // Starting's doublings included, as slow start's are; but never below the
+            // initial window per RTT either, which is where Starting begins (the
+            // handshake's few packets are no measure of the path).
+            if path.btl_bw > 0 {
+                let floor = self.initial_window as f64 / path.srtt.as_secs_f64().max(1e-3);
+                rate = rate.min((2.0 * path.btl_bw as f64).max(floor)).max(self.min_rate());
+            }
+            // An sRTT (§4: an MI of about an RTT), and at least MIN_MI_PACKETS at the
+            // MI's rate, so that a low rate still gives each MI a loss rate and an RTT
+            // trend to score.
+            let length = path
+                .srtt
+                .max(Duration::from_secs_f64(
+                    MIN_MI_PACKETS * self.mtu as f64 / rate.max(1.0),
+                ))
+                .max(Duration::from_millis(10));
             self.mis.push_back(Mi {
                 start: now,
                 end: now + length,
@@ -434,7 +597,7 @@ impl Algorithm for Vivace {
             let t = ack.sent.saturating_duration_since(mi.start).as_secs_f64();
             mi.rtts.push((t, ack.rtt.as_secs_f64()));
         }
-        self.score_finished(now, path.srtt);
+        self.score_finished(now, path);
         self.update_window(path);
     }
 
@@ -448,11 +611,12 @@ impl Algorithm for Vivace {
     ) {
         if persistent_congestion {
             self.rate = self.min_rate();
-            self.mode = Mode::Probing;
-            self.plan.clear();
+            self.confidence = 1.0;
+            self.last_up = None;
+            self.boundary = self.config.initial_boundary;
             self.plan_probe();
         }
-        self.score_finished(now, path.srtt);
+        self.score_finished(now, path);
         self.update_window(path);
     }
 
@@ -475,14 +639,14 @@ impl Algorithm for Vivace {
     fn phase(&self) -> Phase {
         match self.mode {
             Mode::Starting => Phase::Starting,
-            Mode::Probing => Phase::Converged,
+            Mode::Probing | Mode::Moving => Phase::Converged,
         }
     }
 
     fn phase_name(&self) -> &'static str {
         match self.mode {
             Mode::Starting => "starting",
-            Mode::Probing => "online_learning",
+            Mode::Probing | Mode::Moving => "online_learning",
         }
     }
 
@@ -494,9 +658,7 @@ impl Algorithm for Vivace {
             crate::algorithm::rate_of_window(rate.cwnd, path.srtt) as f64
         }
         .max(self.min_rate());
-        self.mode = Mode::Probing;
         self.mis.clear();
-        self.plan.clear();
         self.best = None;
         self.confidence = 1.0;
         self.last_up = None;
@@ -524,12 +686,18 @@ mod tests {
         )
     }
 
-    /// At 10 Mbit/s. At 50 Mbit/s this Vivace reaches about 80% in the testbed (docs/cc.md
-    /// "Validation" gives the figures and the reason); that shortfall is open, not
-    /// tested away.
+    /// At 10 and 50 Mbit/s, with a 1-BDP and a 4-BDP buffer: most of the link, a
+    /// short queue and next to no loss, whatever the buffer. This testbed acknowledges
+    /// every packet at once and has no headers, and here Vivace settles where its upper
+    /// probe, r(1 + ε), just starts a queue: 0.90 of the link at 10 Mbit/s and 0.93 at 50
+    /// (measured), with under 2 ms of queue. The 90% is checked on real QUIC, in
+    /// gearbox-sim and gearbox-emu (docs/cc.md "Validation"); before the fix of docs/cc.md
+    /// this testbed gave 0.93 / 1.00 at 10 Mbit/s with the buffer full (22 / 152 ms of
+    /// queue, 8% / 14% loss) and 0.80 at 50.
     #[test]
-    fn fills_a_10_mbit_bottleneck() {
-        for mbit in [10.0] {
+    fn uses_most_of_a_10_and_a_50_mbit_bottleneck_with_a_short_queue_and_no_loss() {
+        let mut bad = Vec::new();
+        for mbit in [10.0, 50.0] {
             for bdps in [1.0, 4.0] {
                 let out = run(
                     &mut vivace(),
@@ -537,19 +705,20 @@ mod tests {
                     Duration::from_secs(30),
                     Duration::from_secs(5),
                 );
+                let queue_ms = out.mean_queue_delay.as_secs_f64() * 1e3;
                 eprintln!(
-                    "{mbit} Mbit/s {bdps} BDP: utilisation {:.3}, queue {:.1} ms, loss {:.4}",
-                    out.utilisation,
-                    out.mean_queue_delay.as_secs_f64() * 1e3,
-                    out.loss_rate
+                    "{mbit} Mbit/s {bdps} BDP: utilisation {:.3}, queue {queue_ms:.1} ms, loss {:.4}",
+                    out.utilisation, out.loss_rate
                 );
-                assert!(
-                    out.utilisation > 0.9,
-                    "{mbit} Mbit/s {bdps} BDP: utilisation {}",
-                    out.utilisation
-                );
+                if out.utilisation < 0.85 || queue_ms > 10.0 || out.loss_rate > 0.01 {
+                    bad.push(format!(
+                        "{mbit} Mbit/s {bdps} BDP: utilisation {:.3}, queue {queue_ms:.1} ms, loss {:.4}",
+                        out.utilisation, out.loss_rate
+                    ));
+                }
             }
         }
+        assert!(bad.is_empty(), "{bad:?}");
     }
 
     #[test]
@@ -566,21 +735,76 @@ mod tests {
     #[test]
     fn agreeing_probes_step_up_the_gradient_within_the_boundary() {
         let mut v = vivace();
-        v.mode = Mode::Probing;
         v.rate = 1_000_000.0; // 8 Mbit/s
         v.plan_probe();
-        let round = v.round;
-        // Higher rates scored better in both pairs: step up, bounded by ω = 5%.
+        // Higher rates scored better in both pairs: move up from the winning probe,
+        // r(1 + ε) = 8.4 Mbit/s, by at most ω = 5% of it, and ω grows.
         v.scores = vec![(0, true, 10.0), (0, false, 5.0), (1, true, 10.0), (1, false, 5.0)];
-        let _ = round;
         v.decide();
-        assert!((v.rate - 1_050_000.0).abs() < 1.0, "rate {}", v.rate);
+        assert_eq!(v.mode, Mode::Moving);
+        assert!((v.rate - 1_102_500.0).abs() < 1.0, "rate {}", v.rate);
         assert!((v.boundary - 0.15).abs() < 1e-9, "the bound was hit: ω grows");
-        // Disagreeing pairs: no step, confidence back to 1.
+        // Disagreeing pairs: no step, confidence back to 1, probe again.
+        v.plan_probe();
         v.scores = vec![(0, true, 10.0), (0, false, 5.0), (1, true, 5.0), (1, false, 10.0)];
         let before = v.rate;
         v.decide();
-        assert_eq!((v.rate, v.confidence), (before, 1.0));
+        assert_eq!((v.rate, v.confidence, v.mode), (before, 1.0, Mode::Probing));
+    }
+
+    fn mi_at(rate: f64, step: u64) -> Mi {
+        let t = Instant::now();
+        Mi {
+            start: t,
+            end: t + Duration::from_millis(40),
+            rate,
+            purpose: Purpose::Moving { step },
+            sent: 0,
+            acked: 0,
+            rtts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn moving_keeps_stepping_while_the_utility_improves_and_probes_when_it_falls() {
+        let mut v = vivace();
+        v.rate = 1_000_000.0;
+        v.plan_probe();
+        v.scores = vec![(0, true, 10.0), (0, false, 5.0), (1, true, 10.0), (1, false, 5.0)];
+        v.decide();
+        let (first, step) = (v.rate, v.moving.unwrap().step);
+        // The first MI at the new rate scores better than the winning probe: a bigger
+        // step the same way (m = 2).
+        v.scored(&mi_at(first, step), 12.0);
+        assert_eq!(v.mode, Mode::Moving);
+        assert!(
+            v.rate > first && v.confidence == 2.0,
+            "rate {} m {}",
+            v.rate,
+            v.confidence
+        );
+        // A second MI of the old step is no new sample.
+        let second = v.rate;
+        v.scored(&mi_at(first, step), -100.0);
+        assert_eq!(v.rate, second);
+        // The next step scores worse: back to the better rate, and probe.
+        v.scored(&mi_at(second, step + 1), 11.0);
+        assert_eq!((v.mode, v.rate, v.confidence), (Mode::Probing, first, 1.0));
+    }
+
+    #[test]
+    fn a_falling_rtt_earns_no_utility_and_a_rising_one_costs() {
+        let v = vivace();
+        let mut mi = mi_at(1_000_000.0, 0);
+        mi.purpose = Purpose::Base;
+        mi.sent = 40_000;
+        mi.acked = 40_000;
+        let flat = v.utility(&mi, Duration::from_millis(40));
+        assert!((flat - 8f64.powf(0.9)).abs() < 1e-9, "{flat}");
+        mi.rtts = (0..20).map(|i| (i as f64 * 0.002, 0.060 - i as f64 * 0.0005)).collect();
+        assert_eq!(v.utility(&mi, Duration::from_millis(40)), flat);
+        mi.rtts = (0..20).map(|i| (i as f64 * 0.002, 0.040 + i as f64 * 0.0005)).collect();
+        assert!(v.utility(&mi, Duration::from_millis(40)) < flat - 1000.0);
     }
 
     #[test]

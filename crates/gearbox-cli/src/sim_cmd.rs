@@ -100,9 +100,10 @@ fn exec(a: ExecArgs) -> anyhow::Result<()> {
             String::new()
         }
     );
+    let link = if config.population.is_some() { "prefix" } else { "path" };
     for (path, dir, s) in &out.links {
         eprintln!(
-            "gearbox sim: path {path} {dir}: arrived {} ({} B each on average), delivered {}, policer drops {}, \
+            "gearbox sim: {link} {path} {dir}: arrived {} ({} B each on average), delivered {}, policer drops {}, \
              loss drops {}, queue drops {}",
             s.arrived_packets,
             s.arrived_bytes.checked_div(s.arrived_packets).unwrap_or(0),

@@ -5,6 +5,13 @@
 //! `cargo build --release -p gearbox-cli && cargo run --release -p gearbox-emu --example cc_validate [TABLE...]`
 //! (root). TABLE is `utilisation`, `deep`, `loss`, `peers`, `tcp` or `fairness`;
 //! default all. Prints markdown.
+//!
+//! `cc_validate repeat MBIT RUNS CC... [--bdp B] [--loss L]` instead downloads RUNS
+//! times over the 40 ms path at MBIT Mbit/s (B BDPs of buffer, default 1; random loss L
+//! each way, default 0) with each CC in turn (one run of every controller before the
+//! next round, so a busy machine weighs on all of them alike) and prints each
+//! utilisation and the spread: the check of a controller that is close to a bound,
+//! against a reference (Cubic) measured in the same run.
 
 #[path = "../tests/common/transfer.rs"]
 mod transfer;
@@ -38,6 +45,9 @@ fn queue(m: &Option<Measured>) -> String {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("repeat") {
+        return repeat(&args[1..]);
+    }
     let want = |t: &str| args.is_empty() || args.iter().any(|a| a == t);
     if let Err(e) = gearbox_emu::check_environment() {
         eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
@@ -149,4 +159,69 @@ fn main() {
             }
         }
     }
+}
+
+/// `repeat MBIT RUNS CC...`: RUNS downloads per controller, interleaved.
+fn repeat(args: &[String]) {
+    let usage = "usage: cc_validate repeat MBIT RUNS CC... [--bdp B] [--loss L] (e.g. repeat 50 5 cubic vivace)";
+    let mut bdps = 1.0;
+    let mut loss = 0.0;
+    let mut ccs = Vec::new();
+    let mut rest = args.iter().skip(2);
+    while let Some(a) = rest.next() {
+        let value = |v: Option<&String>| v.and_then(|v| v.parse::<f64>().ok()).filter(|v| *v >= 0.0);
+        match a.as_str() {
+            "--bdp" => bdps = value(rest.next()).unwrap_or_else(|| fail(usage)),
+            "--loss" => loss = value(rest.next()).unwrap_or_else(|| fail(usage)),
+            cc => ccs.push(cc.to_string()),
+        }
+    }
+    let (Some(mbit), Some(runs)) = (
+        args.first().and_then(|a| a.parse::<f64>().ok()),
+        args.get(1).and_then(|a| a.parse::<usize>().ok()),
+    ) else {
+        fail(usage)
+    };
+    if ccs.is_empty() {
+        fail(usage)
+    }
+    if let Err(e) = gearbox_emu::check_environment() {
+        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
+        std::process::exit(1);
+    }
+    let mut got: Vec<Vec<Option<Measured>>> = vec![Vec::new(); ccs.len()];
+    for run in 0..runs {
+        for (i, cc) in ccs.iter().enumerate() {
+            let m = cell(&Download {
+                loss,
+                ..Download::quic(cc, mbit, 40.0, bdps)
+            });
+            eprintln!("run {} {cc}: {} queue {} ms", run + 1, pct(&m), queue(&m));
+            got[i].push(m);
+        }
+    }
+    println!("\n### {mbit} Mbit/s, 40 ms, {bdps} BDP, loss {loss}, 8 s download, {runs} runs each\n");
+    println!("| controller | utilisation per run | min | mean | mean queue ms |\n|---|---|---:|---:|---:|");
+    for (cc, ms) in ccs.iter().zip(&got) {
+        let ok: Vec<&Measured> = ms.iter().flatten().collect();
+        let u: Vec<f64> = ok.iter().map(|m| m.utilisation * 100.0).collect();
+        let (min, mean) = if u.is_empty() {
+            (f64::NAN, f64::NAN)
+        } else {
+            (
+                u.iter().cloned().fold(f64::INFINITY, f64::min),
+                u.iter().sum::<f64>() / u.len() as f64,
+            )
+        };
+        let q = ok.iter().map(|m| m.mean_queue_ms).sum::<f64>() / ok.len().max(1) as f64;
+        println!(
+            "| {cc} | {} | {min:.1}% | {mean:.1}% | {q:.1} |",
+            ms.iter().map(pct).collect::<Vec<_>>().join(", ")
+        );
+    }
+}
+
+fn fail(usage: &str) -> ! {
+    eprintln!("{usage}");
+    std::process::exit(2)
 }

@@ -20,22 +20,12 @@ fn measure(d: &Download) -> Measured {
     m
 }
 
-/// Controllers that do not yet fill a 50 Mbit/s bottleneck reliably: Vivace reaches
-/// 82-93% there over repeated runs (docs/cc.md "Validation"). An open gap, listed here
-/// and in the validation table rather than hidden by a weaker bound.
-const OPEN_AT_50_MBIT: [&str; 1] = ["vivace"];
-
 #[test]
 fn every_suite_controller_fills_a_10_and_a_50_mbit_bottleneck() {
     let _g = setup();
     let mut short = Vec::new();
     for cc in ["newreno", "cubic", "bbr", "copa", "westwood", "vivace"] {
-        let rates: &[f64] = if OPEN_AT_50_MBIT.contains(&cc) {
-            &[10.0]
-        } else {
-            &[10.0, 50.0]
-        };
-        for &mbit in rates {
+        for mbit in [10.0, 50.0] {
             // At 10 Mbit/s a loss-based sawtooth lasts ~1.7 s (42 packets of growth at
             // one per 40 ms RTT): 12 s of download average several whole cycles.
             let seconds = if mbit < 20.0 { 12.0 } else { 8.0 };

@@ -1,6 +1,7 @@
 //! The discrete-event loop: two quinn-proto endpoints, two links, one workload.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use quinn_proto::{
 
 use crate::null_crypto::{NullClientConfig, NullServerConfig};
 use crate::packet;
-use crate::{PacketProtection, SimConfig};
+use crate::{population_addr, population_prefix, PacketProtection, SimConfig};
 
 /// Why a simulation cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +99,9 @@ impl Pending {
 /// A client connection and what it knows about its handshake.
 pub(crate) struct ClientConn {
     handle: ConnectionHandle,
-    conn: Connection,
+    /// The QUIC connection; dropped once it has drained with nothing left to send (a
+    /// run of `search` opens a connection per request, and each kept ~100 KB).
+    conn: Option<Connection>,
     started: Duration,
     connected: Option<Duration>,
     /// Requests waiting for a stream.
@@ -107,14 +110,21 @@ pub(crate) struct ClientConn {
     /// requests in flight, not every request of the run).
     writing: Vec<usize>,
     local: SocketAddrV4,
-    /// The path it runs on.
+    /// The path it runs on (a population's prefix).
     pub(crate) path: usize,
+    /// A population's client address it belongs to (prefix-major index).
+    addr: Option<u32>,
+    /// Requests with a stream, by stream (a response's bytes find their request without
+    /// a scan of the run's requests).
+    streams: HashMap<StreamId, usize>,
+    /// Its timer deadline as last armed in [`Sim::timers`].
+    timer: Option<Instant>,
 }
 
 impl ClientConn {
     /// A reading of its statistics for a path monitor.
     pub(crate) fn sample(&self) -> gearbox_gear_api::PathSample {
-        let s = self.conn.stats();
+        let s = self.conn.as_ref().map(Connection::stats).unwrap_or_default();
         gearbox_gear_api::PathSample {
             srtt_ms: s.path.rtt.as_secs_f64() * 1e3,
             min_rtt_ms: s.path.min_rtt.as_secs_f64() * 1e3,
@@ -127,7 +137,12 @@ impl ClientConn {
 
     /// Whether its handshake finished and it is still open.
     pub(crate) fn is_connected(&self) -> bool {
-        self.connected.is_some() && !self.conn.is_closed()
+        self.connected.is_some() && !self.closed()
+    }
+
+    /// Whether it closed (or drained and was dropped).
+    pub(crate) fn closed(&self) -> bool {
+        self.conn.as_ref().is_none_or(Connection::is_closed)
     }
 }
 
@@ -151,9 +166,11 @@ struct ServerConn {
     conn: Connection,
     /// Per stream: bytes of the request read so far (the first 8 say the response size).
     streams: BTreeMap<StreamId, Response>,
-    /// Index of the connection in accept order (the client's connection of the same
-    /// index: one path, so handshakes arrive in order).
+    /// Index of the connection in accept order (on one path handshakes arrive in order,
+    /// so it is the client connection's index; in a population they do not).
     index: usize,
+    /// The client connection it serves (found by the client's address and port).
+    client: Option<usize>,
     /// The controller's handle, for the suite's controllers (quinn's cannot switch).
     handle: Option<SwitchHandle>,
     /// Counters at the previous monitor read: (time, sent, lost, delivered bytes).
@@ -163,6 +180,15 @@ struct ServerConn {
     period_waits: Vec<f64>,
     /// Mean wait of the previous period that had one, ms (for Qws's gradient).
     last_wait_ms: Option<f64>,
+    /// Its timer deadline as last armed in [`Sim::timers`].
+    timer: Option<Instant>,
+}
+
+/// Whose timer a [`Sim::timers`] entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Owner {
+    Client(usize),
+    Server(ConnectionHandle),
 }
 
 fn setup_error(e: impl std::fmt::Display) -> SimError {
@@ -263,12 +289,38 @@ pub(crate) struct Sim {
     /// Chooses each accepted connection's initial window, as the edge's QUIC gear does
     /// at accept (TCP WISE §IV-A); `None`: every connection gets `initial_window`.
     iw_gear: Option<Box<dyn InitialWindowGear>>,
-    /// The gear's choice per connection (accept order), for its records' `iw` object.
+    /// The gear's choice per client connection, for its records' `iw` object.
     iw_choices: HashMap<usize, IwChoice>,
+    /// The client connection of each client address and port (the latest one), so an
+    /// accepted connection knows whom it serves.
+    client_by_addr: HashMap<SocketAddrV4, usize>,
+    /// The server connection of each client connection.
+    server_of: HashMap<usize, ConnectionHandle>,
     accepted: usize,
     pub(crate) clients: Vec<ClientConn>,
     by_handle: HashMap<ConnectionHandle, usize>,
-    servers: HashMap<ConnectionHandle, ServerConn>,
+    /// Server connections by handle (ordered, so that connections due at one instant
+    /// are handled in the same order in every run).
+    servers: BTreeMap<ConnectionHandle, ServerConn>,
+    /// A population's hosts per prefix (`None`: a single or multipath client).
+    hosts_per_prefix: Option<u32>,
+    /// A population's current connection of each client address.
+    addr_conn: Vec<Option<usize>>,
+    /// Links that may hold packets: idle links cost nothing per event, so a population
+    /// of thousands of prefixes costs what its busy ones do.
+    busy: BTreeSet<usize>,
+    /// Client and server connections to handle at this instant: those a datagram, a
+    /// request or a due timer touched (quinn-proto's contract: poll a connection after
+    /// `handle_event`, `handle_timeout` or application I/O). The others have nothing
+    /// to do, so an event costs the connections it touches, not every connection of
+    /// the run.
+    client_due: BTreeSet<usize>,
+    server_due: BTreeSet<ConnectionHandle>,
+    /// Every connection's timer deadline (stale entries are skipped: an entry counts
+    /// while it equals its connection's `timer`).
+    timers: BinaryHeap<Reverse<(Instant, Owner)>>,
+    /// Requests whose response bytes arrived since the last [`Sim::finish_requests`].
+    arrived: Vec<usize>,
     pub(crate) pending: Vec<Pending>,
     next_request: usize,
     records: Vec<String>,
@@ -407,10 +459,16 @@ impl Session {
             file: PathBuf::from(&config.workload),
             message: format!("workload: {e}"),
         })?;
-        let requests = workload.generate(
+        let mut requests = workload.generate(
             config.workload_seed.unwrap_or(config.seed),
             Limit::DurationMs(config.duration_s * 1e3),
         );
+        let scale = config.time_scale.unwrap_or(1.0);
+        if scale != 1.0 {
+            for r in &mut requests {
+                r.send_at_ms *= scale;
+            }
+        }
         Ok(Session {
             sim: Sim::new(config, requests.into_iter().map(Pending::new).collect())?,
             limit: Duration::from_secs_f64(config.time_limit_s()),
@@ -492,7 +550,7 @@ impl Session {
                     },
                     bytes_sent: sent_p,
                     unsent_bytes: s.streams.values().map(|r| r.remaining).sum(),
-                    rcts_ms: rcts.remove(&s.index).unwrap_or_default(),
+                    rcts_ms: rcts.remove(&s.client.unwrap_or(s.index)).unwrap_or_default(),
                     period_ms: dt * 1e3,
                     response_wait_ms: wait,
                     response_wait_gradient_ms_per_s: gradient,
@@ -575,6 +633,10 @@ impl Sim {
         // on the first.
         let paths = config
             .links()
+            .map_err(|e| SimError::Config {
+                file: PathBuf::from("<config>"),
+                message: e,
+            })?
             .into_iter()
             .enumerate()
             .map(|(p, (down, up))| {
@@ -618,10 +680,19 @@ impl Sim {
             initial_window: config.initial_window,
             iw_gear: None,
             iw_choices: HashMap::new(),
+            client_by_addr: HashMap::new(),
+            server_of: HashMap::new(),
             accepted: 0,
             clients: Vec::new(),
             by_handle: HashMap::new(),
-            servers: HashMap::new(),
+            servers: BTreeMap::new(),
+            hosts_per_prefix: config.population.as_ref().map(|p| p.hosts_per_prefix),
+            addr_conn: vec![None; config.population.as_ref().map_or(0, |p| p.addresses() as usize)],
+            busy: BTreeSet::new(),
+            client_due: BTreeSet::new(),
+            server_due: BTreeSet::new(),
+            timers: BinaryHeap::new(),
+            arrived: Vec::new(),
             pending,
             next_request: 0,
             records: Vec::new(),
@@ -723,7 +794,8 @@ impl Sim {
                 next = Some(next.map_or(t, |n: Duration| n.min(t)));
             }
         };
-        for p in &self.paths {
+        for &i in &self.busy {
+            let p = &self.paths[i];
             take(p.down.next_wakeup());
             take(p.up.next_wakeup());
         }
@@ -732,15 +804,72 @@ impl Sim {
                 take(Some(Duration::from_secs_f64(p.req.send_at_ms / 1e3)));
             }
         }
-        let base = self.base;
-        let since = |i: Instant| i.saturating_duration_since(base);
-        for c in &mut self.clients {
-            take(c.conn.poll_timeout().map(since));
-        }
-        for s in self.servers.values_mut() {
-            take(s.conn.poll_timeout().map(since));
+        // The earliest armed timer; stale entries (re-armed or gone since) are dropped.
+        while let Some(&Reverse((t, owner))) = self.timers.peek() {
+            if self.armed(owner) == Some(t) {
+                take(Some(t.saturating_duration_since(self.base)));
+                break;
+            }
+            self.timers.pop();
         }
         next
+    }
+
+    /// The timer deadline `owner` has armed now.
+    fn armed(&self, owner: Owner) -> Option<Instant> {
+        match owner {
+            Owner::Client(ci) => self.clients[ci].timer,
+            Owner::Server(h) => self.servers.get(&h).and_then(|s| s.timer),
+        }
+    }
+
+    /// Marks every connection whose timer is due at `now` for handling.
+    fn due_timers(&mut self, now: Instant) {
+        while let Some(&Reverse((t, owner))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.armed(owner) != Some(t) {
+                continue;
+            }
+            match owner {
+                Owner::Client(ci) => {
+                    self.clients[ci].timer = None;
+                    self.client_due.insert(ci);
+                }
+                Owner::Server(h) => {
+                    if let Some(s) = self.servers.get_mut(&h) {
+                        s.timer = None;
+                        self.server_due.insert(h);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Arms the timer of client connection `ci` as quinn-proto now asks.
+    fn rearm_client(&mut self, ci: usize) {
+        let c = &mut self.clients[ci];
+        let t = c.conn.as_mut().and_then(Connection::poll_timeout);
+        if t != c.timer {
+            c.timer = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, Owner::Client(ci))));
+            }
+        }
+    }
+
+    /// Arms the timer of server connection `h` as quinn-proto now asks.
+    fn rearm_server(&mut self, h: ConnectionHandle) {
+        let Some(s) = self.servers.get_mut(&h) else { return };
+        let t = s.conn.poll_timeout();
+        if t != s.timer {
+            s.timer = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, Owner::Server(h))));
+            }
+        }
     }
 
     /// Handles everything due at `now` until nothing more happens.
@@ -772,10 +901,28 @@ impl Sim {
             let i = self.next_request;
             self.next_request += 1;
             progress = true;
+            if let Some(hosts) = self.hosts_per_prefix {
+                // A population: the request goes from its client's address (the
+                // workload's client index modulo the addresses, as `gearbox load` spreads
+                // requests over its local addresses), on that address's connection.
+                let addr = self.pending[i].req.client_index % (self.addr_conn.len() as u32);
+                let live = self.addr_conn[addr as usize].filter(|&c| !self.clients[c].closed());
+                let c = match live {
+                    Some(c) if !self.pending[i].req.new_connection => c,
+                    _ => {
+                        self.pending[i].new_connection = true;
+                        self.connect_addr(addr, hosts)?
+                    }
+                };
+                self.pending[i].conn = c;
+                self.clients[c].waiting.push_back(i);
+                self.client_due.insert(c);
+                continue;
+            }
             // A new connection when the workload asks for one, and when the current one
             // has closed (e.g. its idle timeout passed during a long think time), as a
             // real client reconnects.
-            let closed = self.clients.last().is_none_or(|c| c.conn.is_closed());
+            let closed = self.clients.last().is_none_or(ClientConn::closed);
             if closed || self.pending[i].req.new_connection {
                 self.connect(0)?;
                 self.pending[i].new_connection = true;
@@ -783,6 +930,7 @@ impl Sim {
             let c = self.clients.len() - 1;
             self.pending[i].conn = c;
             self.clients[c].waiting.push_back(i);
+            self.client_due.insert(c);
         }
         Ok(progress)
     }
@@ -790,7 +938,7 @@ impl Sim {
     /// Queues request `i` on `path`'s connection (a new one when it has none or it
     /// closed), for a page load's assignment.
     pub(crate) fn start_on_path(&mut self, i: usize, path: usize) -> Result<(), SimError> {
-        let live = self.path_conn[path].filter(|&c| !self.clients[c].conn.is_closed());
+        let live = self.path_conn[path].filter(|&c| !self.clients[c].closed());
         let c = match live {
             Some(c) => c,
             None => {
@@ -801,12 +949,32 @@ impl Sim {
         };
         self.pending[i].conn = c;
         self.clients[c].waiting.push_back(i);
+        self.client_due.insert(c);
         Ok(())
     }
 
     /// Opens a client connection on `path`.
     pub(crate) fn connect(&mut self, path: usize) -> Result<(), SimError> {
-        let local = SocketAddrV4::new(client_ip(path), 50000 + self.clients.len() as u16);
+        let c = self.connect_on(path, client_ip(path))?;
+        self.path_conn[path] = Some(c);
+        Ok(())
+    }
+
+    /// Opens a connection from a population's client address `addr` (on its prefix's
+    /// links); returns its index.
+    fn connect_addr(&mut self, addr: u32, hosts: u32) -> Result<usize, SimError> {
+        let c = self.connect_on((addr / hosts) as usize, population_addr(addr, hosts))?;
+        self.clients[c].addr = Some(addr);
+        self.addr_conn[addr as usize] = Some(c);
+        Ok(c)
+    }
+
+    /// Opens a client connection from `ip` over link pair `path`; returns its index.
+    fn connect_on(&mut self, path: usize, ip: std::net::Ipv4Addr) -> Result<usize, SimError> {
+        // Ports 50000-65535, reused after 15,536 connections (quinn routes by
+        // connection id, so two connections of one address and port never mix).
+        let port = 50000 + (self.clients.len() % 15_536) as u16;
+        let local = SocketAddrV4::new(ip, port);
         let mut client_config = self.client_config.clone();
         if let Some(qlog) = self.qlog(format!("conn{}-client.sqlog", self.clients.len()))? {
             client_config.transport_config(transport(self.client_factory.clone(), Some(qlog)));
@@ -818,33 +986,47 @@ impl Sim {
         self.by_handle.insert(handle, self.clients.len());
         self.clients.push(ClientConn {
             handle,
-            conn,
+            conn: Some(conn),
             started: self.now,
             connected: None,
             waiting: VecDeque::new(),
             writing: Vec::new(),
             local,
             path,
+            addr: None,
+            streams: HashMap::new(),
+            timer: None,
         });
-        self.path_conn[path] = Some(self.clients.len() - 1);
-        Ok(())
+        let c = self.clients.len() - 1;
+        self.client_due.insert(c);
+        self.client_by_addr.insert(local, c);
+        Ok(c)
     }
 
     /// Requests still waiting for a stream on a connection that closed go to a new one.
     fn reconnect_stranded(&mut self) -> Result<bool, SimError> {
-        let stranded: Vec<(usize, Vec<usize>)> = self
-            .clients
-            .iter_mut()
-            .filter(|c| c.conn.is_closed() && !c.waiting.is_empty())
-            .map(|c| (c.path, c.waiting.drain(..).collect()))
+        // Only a connection handled at this instant can have closed since the last look.
+        let stranded: Vec<(usize, Option<u32>, Vec<usize>)> = self
+            .client_due
+            .iter()
+            .map(|&ci| &self.clients[ci])
+            .filter(|c| c.closed() && !c.waiting.is_empty())
+            .map(|c| (c.path, c.addr, c.waiting.iter().copied().collect()))
             .collect();
         if stranded.is_empty() {
             return Ok(false);
         }
-        for (path, requests) in stranded {
-            self.connect(path)?;
-            let c = self.clients.len() - 1;
+        for (path, addr, requests) in stranded {
+            let c = match (addr, self.hosts_per_prefix) {
+                (Some(a), Some(hosts)) => self.connect_addr(a, hosts)?,
+                _ => {
+                    self.connect(path)?;
+                    self.clients.len() - 1
+                }
+            };
             for i in requests {
+                let old = self.pending[i].conn;
+                self.clients[old].waiting.clear();
                 self.pending[i].conn = c;
                 self.pending[i].new_connection = true;
                 self.clients[c].waiting.push_back(i);
@@ -856,44 +1038,83 @@ impl Sim {
     /// Timers, endpoint events, application events and transmits of every connection.
     fn drive_connections(&mut self) -> bool {
         let now = self.instant();
+        self.due_timers(now);
         let mut progress = false;
-        for ci in 0..self.clients.len() {
+        for ci in std::mem::take(&mut self.client_due) {
+            let p = self.drive_client(ci, now);
+            if p {
+                // Handled once more at the next pass, as every connection was before
+                // connections were handled only when touched.
+                self.client_due.insert(ci);
+            }
+            progress |= p;
+            self.rearm_client(ci);
+        }
+        for h in std::mem::take(&mut self.server_due) {
+            let p = self.drive_server(h, now);
+            if p && self.servers.contains_key(&h) {
+                self.server_due.insert(h);
+            }
+            progress |= p;
+            self.rearm_server(h);
+        }
+        progress
+    }
+
+    /// Timers, endpoint events, application events and transmits of client connection `ci`.
+    fn drive_client(&mut self, ci: usize, now: Instant) -> bool {
+        let mut progress = false;
+        {
             let c = &mut self.clients[ci];
-            if c.conn.poll_timeout().is_some_and(|t| t <= now) {
-                c.conn.handle_timeout(now);
+            let Some(conn) = c.conn.as_mut() else { return false };
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
                 progress = true;
             }
-            while let Some(ev) = c.conn.poll_endpoint_events() {
+            while let Some(ev) = conn.poll_endpoint_events() {
                 if let Some(back) = self.client.handle_event(c.handle, ev) {
-                    c.conn.handle_event(back);
+                    conn.handle_event(back);
                 }
             }
-            while let Some(ev) = c.conn.poll() {
+            while let Some(ev) = conn.poll() {
                 progress = true;
                 match ev {
                     Event::Connected => c.connected = Some(self.now),
                     Event::Stream(StreamEvent::Readable { id }) => {
-                        read_response(&mut self.pending, ci, c, id, self.now);
+                        read_response(&mut self.pending, &mut self.arrived, conn, &c.streams, id, self.now);
                     }
                     _ => {}
                 }
             }
-            progress |= self.client_streams(ci);
-            let c = &mut self.clients[ci];
-            let src = c.local;
-            let up = &mut self.paths[c.path].up;
-            loop {
-                self.buf.clear();
-                let Some(t) = c.conn.poll_transmit(now, 16, &mut self.buf) else {
-                    break;
-                };
-                progress = true;
-                send(up, self.now, src, &t, &self.buf);
-            }
         }
-        let handles: Vec<ConnectionHandle> = self.servers.keys().copied().collect();
-        for h in handles {
-            let Some(s) = self.servers.get_mut(&h) else { continue };
+        progress |= self.client_streams(ci);
+        let c = &mut self.clients[ci];
+        let src = c.local;
+        let up = &mut self.paths[c.path].up;
+        let Some(conn) = c.conn.as_mut() else { return progress };
+        loop {
+            self.buf.clear();
+            let Some(t) = conn.poll_transmit(now, 16, &mut self.buf) else {
+                break;
+            };
+            progress = true;
+            self.busy.insert(c.path);
+            send(up, self.now, src, &t, &self.buf);
+        }
+        // A drained connection has told its endpoint (above) and has nothing left to do.
+        if conn.is_drained() && c.waiting.is_empty() && c.writing.is_empty() {
+            c.conn = None;
+        }
+        progress
+    }
+
+    /// Timers, endpoint events, application events and transmits of server connection `h`.
+    fn drive_server(&mut self, h: ConnectionHandle, now: Instant) -> bool {
+        let mut progress = false;
+        {
+            let Some(s) = self.servers.get_mut(&h) else {
+                return false;
+            };
             if s.conn.poll_timeout().is_some_and(|t| t <= now) {
                 s.conn.handle_timeout(now);
                 progress = true;
@@ -933,8 +1154,9 @@ impl Sim {
                     SocketAddr::V4(a) => a,
                     SocketAddr::V6(_) => continue,
                 };
-                let down = path_of(&mut self.paths, dst);
-                send_to(down, self.now, SERVER, dst, &t, &self.buf);
+                let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
+                self.busy.insert(link);
+                send_to(&mut self.paths[link].down, self.now, SERVER, dst, &t, &self.buf);
             }
             if s.conn.is_drained() {
                 self.servers.remove(&h);
@@ -947,12 +1169,14 @@ impl Sim {
     fn client_streams(&mut self, ci: usize) -> bool {
         let mut progress = false;
         let c = &mut self.clients[ci];
+        let Some(conn) = c.conn.as_mut() else { return false };
         while let Some(&i) = c.waiting.front() {
-            let Some(id) = c.conn.streams().open(Dir::Bi) else {
+            let Some(id) = conn.streams().open(Dir::Bi) else {
                 break;
             };
             c.waiting.pop_front();
             c.writing.push(i);
+            c.streams.insert(id, i);
             self.pending[i].stream = Some(id);
             self.pending[i].sent_at.get_or_insert(self.now);
             progress = true;
@@ -967,12 +1191,12 @@ impl Sim {
             if p.written == 0 {
                 req[..8].copy_from_slice(&p.req.response_bytes.to_be_bytes());
             }
-            match c.conn.send_stream(id).write(&req) {
+            match conn.send_stream(id).write(&req) {
                 Ok(n) => {
                     p.written += n as u64;
                     progress |= n > 0;
                     if p.written >= want {
-                        let _ = c.conn.send_stream(id).finish();
+                        let _ = conn.send_stream(id).finish();
                     }
                 }
                 Err(WriteError::Blocked) => {}
@@ -989,8 +1213,15 @@ impl Sim {
     fn deliver(&mut self) -> bool {
         let now = self.instant();
         let mut progress = false;
-        for path in 0..self.paths.len() {
+        // Busy links in path order (a link made busy by a delivery here is still seen).
+        let mut from = 0;
+        while let Some(&path) = self.busy.range(from..).next() {
+            from = path + 1;
             progress |= self.deliver_path(path, now);
+            let l = &self.paths[path];
+            if l.down.next_wakeup().is_none() && l.up.next_wakeup().is_none() {
+                self.busy.remove(&path);
+            }
         }
         progress |= self.finish_requests();
         progress
@@ -1007,11 +1238,19 @@ impl Sim {
             match self.server.handle(now, src, None, None, data, &mut self.buf) {
                 Some(DatagramEvent::NewConnection(incoming)) => {
                     self.buf.clear();
-                    let choice = self.choose_initial_window(incoming.remote_address());
+                    let remote = incoming.remote_address();
+                    let client = match remote {
+                        SocketAddr::V4(a) => self.client_by_addr.get(&a).copied(),
+                        SocketAddr::V6(_) => None,
+                    };
+                    let choice = self.choose_initial_window(remote);
                     let (config, handle) = self.server_config(choice.as_ref().map(|c| c.iw));
                     if let Ok((h, conn)) = self.server.accept(incoming, now, &mut self.buf, Some(config)) {
                         if let Some(choice) = choice {
-                            self.iw_choices.insert(self.accepted, choice);
+                            self.iw_choices.insert(client.unwrap_or(self.accepted), choice);
+                        }
+                        if let Some(ci) = client {
+                            self.server_of.insert(ci, h);
                         }
                         self.servers.insert(
                             h,
@@ -1019,24 +1258,30 @@ impl Sim {
                                 conn,
                                 streams: BTreeMap::new(),
                                 index: self.accepted,
+                                client,
                                 handle,
                                 last: (self.now, 0, 0, 0),
                                 period_waits: Vec::new(),
                                 last_wait_ms: None,
+                                timer: None,
                             },
                         );
+                        self.server_due.insert(h);
                         self.accepted += 1;
                     }
                 }
                 Some(DatagramEvent::ConnectionEvent(h, ev)) => {
                     if let Some(s) = self.servers.get_mut(&h) {
                         s.conn.handle_event(ev);
+                        self.server_due.insert(h);
                     }
                 }
                 Some(DatagramEvent::Response(t)) => {
                     if let SocketAddr::V4(dst) = t.destination {
                         let buf = self.buf.clone();
-                        send_to(path_of(&mut self.paths, dst), self.now, SERVER, dst, &t, &buf);
+                        let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
+                        self.busy.insert(link);
+                        send_to(&mut self.paths[link].down, self.now, SERVER, dst, &t, &buf);
                     }
                 }
                 None => {}
@@ -1052,7 +1297,10 @@ impl Sim {
                 self.client.handle(now, src, None, None, data, &mut self.buf)
             {
                 if let Some(&ci) = self.by_handle.get(&h) {
-                    self.clients[ci].conn.handle_event(ev);
+                    if let Some(conn) = self.clients[ci].conn.as_mut() {
+                        conn.handle_event(ev);
+                        self.client_due.insert(ci);
+                    }
                 }
             }
         }
@@ -1072,7 +1320,13 @@ impl Sim {
     /// Writes the records of requests whose response is complete.
     fn finish_requests(&mut self) -> bool {
         let mut progress = false;
-        for i in 0..self.pending.len() {
+        // Only a request whose response bytes arrived can have completed: the others are
+        // not looked at (a scan of every request made each event cost the run's length).
+        // In index order, as the scan wrote them.
+        let mut arrived = std::mem::take(&mut self.arrived);
+        arrived.sort_unstable();
+        arrived.dedup();
+        for i in arrived {
             let p = &self.pending[i];
             let done = p.stream.is_some() && p.received >= p.req.response_bytes && p.first_byte_at.is_some();
             if !done || p.sent_at.is_none() {
@@ -1088,6 +1342,9 @@ impl Sim {
                 * 1e3;
             self.period_rcts.entry(p.conn).or_default().push(rct);
             self.completed += 1;
+            if let Some(id) = self.pending[i].stream {
+                self.clients[self.pending[i].conn].streams.remove(&id);
+            }
             self.pending[i].stream = None;
             self.pending[i].sent_at = None;
             progress = true;
@@ -1110,7 +1367,7 @@ impl Sim {
         let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
         let done = p.first_byte_at.unwrap_or(self.now).max(self.now);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let stats = c.conn.stats();
+        let stats = c.conn.as_ref().map(Connection::stats).unwrap_or_default();
         let record = ClientRecord {
             side: Side::Client,
             schema: SCHEMA_VERSION,
@@ -1157,6 +1414,24 @@ impl Sim {
             if let Some(choice) = self.iw_choices.get(&p.conn) {
                 o.insert("iw".into(), serde_json::to_value(choice).unwrap_or_default());
             }
+            // The server end of the connection as the response completed (sim only: the
+            // emulator has the edge's own records for it): its window, its packets sent
+            // and lost (retransmissions, TCP WISE Table II), its RTT.
+            let server = self.server_of.get(&p.conn).and_then(|h| self.servers.get(h));
+            if let Some(s) = server {
+                let st = s.conn.stats();
+                o.insert(
+                    "server_transport".into(),
+                    serde_json::json!({
+                        "cwnd_bytes": st.path.cwnd,
+                        "sent_packets": st.path.sent_packets,
+                        "lost_packets": st.path.lost_packets,
+                        "congestion_events": st.path.congestion_events,
+                        "rtt_ms": ms(st.path.rtt),
+                        "mtu": st.path.current_mtu,
+                    }),
+                );
+            }
         }
         v.to_string()
     }
@@ -1164,11 +1439,20 @@ impl Sim {
 
 /// Reads what arrived of a response on client connection `ci` (stream ids are per
 /// connection: two connections in use at once have the same ids).
-fn read_response(pending: &mut [Pending], ci: usize, c: &mut ClientConn, id: StreamId, now: Duration) {
-    let Some(p) = pending.iter_mut().find(|p| p.conn == ci && p.stream == Some(id)) else {
+fn read_response(
+    pending: &mut [Pending],
+    arrived: &mut Vec<usize>,
+    conn: &mut Connection,
+    streams: &HashMap<StreamId, usize>,
+    id: StreamId,
+    now: Duration,
+) {
+    let Some(&i) = streams.get(&id) else {
         return;
     };
-    let mut recv = c.conn.recv_stream(id);
+    arrived.push(i);
+    let p = &mut pending[i];
+    let mut recv = conn.recv_stream(id);
     let Ok(mut chunks) = recv.read(true) else { return };
     loop {
         match chunks.next(usize::MAX) {
@@ -1252,10 +1536,15 @@ fn serve_write(s: &mut ServerConn, now: Duration) -> bool {
     progress
 }
 
-/// The downlink of the path whose client address is `dst` (path `p` owns `10.0.p.2`).
-fn path_of(paths: &mut [PathLinks], dst: SocketAddrV4) -> &mut Link<BytesMut> {
-    let p = (dst.ip().octets()[2] as usize).min(paths.len() - 1);
-    &mut paths[p].down
+/// The link pair of client address `dst`: path `p` owns `10.0.p.2`; a population's prefix
+/// `i` owns `100.(64 + i / 256).(i % 256).0/24`.
+fn link_of(links: usize, population: bool, dst: SocketAddrV4) -> usize {
+    let i = if population {
+        population_prefix(*dst.ip()).unwrap_or(0) as usize
+    } else {
+        dst.ip().octets()[2] as usize
+    };
+    i.min(links - 1)
 }
 
 fn send(link: &mut Link<BytesMut>, now: Duration, src: SocketAddrV4, t: &quinn_proto::Transmit, buf: &[u8]) {

@@ -78,6 +78,16 @@ pub struct SimConfig {
     /// in path order; instead of `down` and `up`.
     #[serde(default)]
     pub path: Vec<SimPath>,
+    /// Clients spread over /24 prefixes, each prefix its own pair of links (the
+    /// emulator's `population` topology; TCP WISE §IV-C1 clusters clients by /24);
+    /// instead of `down` and `up`.
+    #[serde(default)]
+    pub population: Option<SimPopulation>,
+    /// The workload's send times are multiplied by this (`gearbox load --time-scale`:
+    /// 0.5 sends twice as fast); `duration_s` counts the workload's own time, as the lab's
+    /// `duration_s` does. Default 1.
+    #[serde(default)]
+    pub time_scale: Option<f64>,
     /// Where each connection's qlog goes (`conn<N>-client.sqlog`, `conn<N>-server.sqlog`:
     /// quinn-proto's packet, loss and recovery events, JSON-SEQ, times from the run's
     /// virtual time zero); None: no qlog. Not read from the file: `gearbox sim exec --qlog`.
@@ -103,6 +113,135 @@ pub struct SimPath {
 
 /// The most paths a multipath client may have (one client address per path).
 pub const MAX_PATHS: usize = 200;
+
+/// A population of clients (the emulator's `population` topology, docs/emu.md): `prefixes`
+/// client /24s of `hosts_per_prefix` hosts each; prefix *i*'s host *h* is
+/// `100.(64 + i / 256).(i % 256).(h + 1)`, the emulator's address. Every prefix has its own
+/// pair of links, built from `down` / `up` with the prefix's overrides applied: a key given
+/// in `[population.prefix.down]` replaces that key of `[population.down]` whole (a shallow
+/// merge, as the emulator's: a deep one would mix two loss models' fields into one table).
+/// A request of the workload's client `c` goes from address `c mod (prefixes x hosts)`,
+/// prefix-major, as `gearbox load` spreads requests over its local addresses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimPopulation {
+    /// Client /24s, 1 ..= [`MAX_PREFIXES`].
+    pub prefixes: u32,
+    /// Client addresses per /24, 1 ..= [`MAX_HOSTS`].
+    pub hosts_per_prefix: u32,
+    /// Every prefix's server-to-client link (a `gearbox_link::LinkConfig` table).
+    pub down: toml::Table,
+    /// Every prefix's client-to-server link (default: the same as its `down`).
+    #[serde(default)]
+    pub up: Option<toml::Table>,
+    /// Overrides for single prefixes.
+    #[serde(default)]
+    pub prefix: Vec<SimPrefix>,
+}
+
+/// One prefix's overrides of the population's links.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimPrefix {
+    /// The prefix, 0-based.
+    pub index: u32,
+    /// Keys replacing the population's `down` keys.
+    #[serde(default)]
+    pub down: Option<toml::Table>,
+    /// Keys replacing the population's `up` keys (without a population `up`: the
+    /// prefix's own merged `down`).
+    #[serde(default)]
+    pub up: Option<toml::Table>,
+}
+
+/// Most client /24s of a population (the emulator's bound).
+pub const MAX_PREFIXES: u32 = 1 << 14;
+/// Most client addresses per /24 (the emulator's bound).
+pub const MAX_HOSTS: u32 = 254;
+/// Most client addresses of a population (the emulator's bound).
+pub const MAX_CLIENT_ADDRS: u64 = 65_536;
+
+impl SimPopulation {
+    /// Each prefix's (down, up) links, prefix order; the error names the field.
+    pub fn links(&self) -> Result<Vec<(LinkConfig, LinkConfig)>, String> {
+        if !(1..=MAX_PREFIXES).contains(&self.prefixes) {
+            return Err(format!(
+                "population.prefixes: must be in 1 ..= {MAX_PREFIXES}, got {}",
+                self.prefixes
+            ));
+        }
+        if !(1..=MAX_HOSTS).contains(&self.hosts_per_prefix) {
+            return Err(format!(
+                "population.hosts_per_prefix: must be in 1 ..= {MAX_HOSTS}, got {}",
+                self.hosts_per_prefix
+            ));
+        }
+        let addrs = u64::from(self.prefixes) * u64::from(self.hosts_per_prefix);
+        if addrs > MAX_CLIENT_ADDRS {
+            return Err(format!(
+                "population.hosts_per_prefix: {} prefixes x {} hosts is {addrs} client addresses; at most {MAX_CLIENT_ADDRS}",
+                self.prefixes, self.hosts_per_prefix
+            ));
+        }
+        let build = |table: toml::Table, field: &str| -> Result<LinkConfig, String> {
+            let link: LinkConfig = toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| format!("{field}: {}", e.to_string().trim_end().replace('\n', " ")))?;
+            link.validate().map_err(|e| format!("{field}: {e}"))?;
+            Ok(link)
+        };
+        let down = build(self.down.clone(), "population.down")?;
+        let up = match &self.up {
+            Some(t) => build(t.clone(), "population.up")?,
+            None => down.clone(),
+        };
+        let mut links = vec![(down, up); self.prefixes as usize];
+        let mut seen = vec![false; self.prefixes as usize];
+        for (j, o) in self.prefix.iter().enumerate() {
+            let field = format!("population.prefix[{j}]");
+            let Some(slot) = seen.get_mut(o.index as usize) else {
+                return Err(format!(
+                    "{field}.index: prefix {} does not exist (prefixes = {}, indices start at 0)",
+                    o.index, self.prefixes
+                ));
+            };
+            if std::mem::replace(slot, true) {
+                return Err(format!("{field}.index: prefix {} is overridden twice", o.index));
+            }
+            let merge = |base: &toml::Table, over: &Option<toml::Table>| {
+                let mut t = base.clone();
+                t.extend(over.clone().unwrap_or_default());
+                t
+            };
+            let down_table = merge(&self.down, &o.down);
+            let down = build(down_table.clone(), &format!("{field}.down"))?;
+            let up = build(
+                merge(self.up.as_ref().unwrap_or(&down_table), &o.up),
+                &format!("{field}.up"),
+            )?;
+            links[o.index as usize] = (down, up);
+        }
+        Ok(links)
+    }
+
+    /// Client addresses in all.
+    pub fn addresses(&self) -> u32 {
+        self.prefixes * self.hosts_per_prefix
+    }
+}
+
+/// The address of a population's client `addr` (prefix-major: prefix `addr / hosts`,
+/// host `addr % hosts`), as the emulator numbers them.
+pub fn population_addr(addr: u32, hosts_per_prefix: u32) -> std::net::Ipv4Addr {
+    let (prefix, host) = (addr / hosts_per_prefix, addr % hosts_per_prefix);
+    std::net::Ipv4Addr::new(100, (64 + prefix / 256) as u8, (prefix % 256) as u8, (host + 1) as u8)
+}
+
+/// The prefix index of a population address (`None` outside 100.64.0.0/10).
+pub fn population_prefix(ip: std::net::Ipv4Addr) -> Option<u32> {
+    let o = ip.octets();
+    (o[0] == 100 && (64..128).contains(&o[1])).then(|| u32::from(o[1] - 64) * 256 + u32::from(o[2]))
+}
 
 /// How packets are protected once the handshake has keys (docs/sim.md "Packet protection").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -160,25 +299,40 @@ impl SimConfig {
             .map_err(|e| bad("cc", e.to_string()))?
             .factory(self.initial_window)
             .map_err(|e| bad("initial_window", e.to_string()))?;
-        match (&self.down, self.path.is_empty()) {
-            (None, true) => {
+        if let Some(t) = self.time_scale.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(bad("time_scale", format!("must be > 0, got {t}")));
+        }
+        let given = [self.down.is_some(), !self.path.is_empty(), self.population.is_some()];
+        match given.iter().filter(|g| **g).count() {
+            0 => {
                 return Err(bad(
                     "down",
-                    "missing: give [down] (one path) or [[path]] entries".into(),
+                    "missing: give [down] (one path), [[path]] entries or [population]".into(),
                 ))
             }
-            (Some(_), false) => {
+            1 => {}
+            _ => {
+                let field = if self.population.is_some() {
+                    "population"
+                } else {
+                    "path"
+                };
                 return Err(bad(
-                    "path",
-                    "give either [down]/[up] (one path) or [[path]] entries, not both".into(),
-                ))
+                    field,
+                    "give one of [down]/[up] (one path), [[path]] entries or [population], not several".into(),
+                ));
             }
-            _ => {}
+        }
+        if let Some(p) = &self.population {
+            p.links().map_err(|e| SimError::Config {
+                file: file.to_path_buf(),
+                message: e,
+            })?;
         }
         if self.up.is_some() && self.down.is_none() {
             return Err(bad(
                 "up",
-                "[up] needs [down]; with [[path]] each path has its own up".into(),
+                "[up] needs [down]; with [[path]] each path has its own up, with [population] population.up".into(),
             ));
         }
         if self.path.len() > MAX_PATHS {
@@ -203,16 +357,20 @@ impl SimConfig {
         Ok(())
     }
 
-    /// Each path's (down, up) links, in path order: one for a single-path config.
-    pub fn links(&self) -> Vec<(LinkConfig, LinkConfig)> {
-        match &self.down {
+    /// Each path's (down, up) links, in path order: one for a single-path config; for a
+    /// population, each prefix's (an error naming the field for a bad override).
+    pub fn links(&self) -> Result<Vec<(LinkConfig, LinkConfig)>, String> {
+        if let Some(p) = &self.population {
+            return p.links();
+        }
+        Ok(match &self.down {
             Some(down) => vec![(down.clone(), self.up.clone().unwrap_or_else(|| down.clone()))],
             None => self
                 .path
                 .iter()
                 .map(|p| (p.down.clone(), p.up.clone().unwrap_or_else(|| p.down.clone())))
                 .collect(),
-        }
+        })
     }
 
     /// The controller named by `cc`.

@@ -167,6 +167,12 @@ impl PageLoad {
                 })
             })
             .collect();
+        if config.population.is_some() {
+            return Err(SimError::Config {
+                file: "<config>".into(),
+                message: "population: a page load runs on one client's paths ([down] or [[path]])".into(),
+            });
+        }
         let mut sim = Sim::new(config, pending)?;
         for p in 0..sim.paths.len() {
             sim.connect(p)?;

@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
     sub.add_parser("flexhttp", help="FlexHTTP data, classifiers, evaluation (gearbox lab flexhttp --help)")
     sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
-    sub.add_parser("tcpwise", help="TCP WISE's ground truth and convergence (gearbox lab tcpwise evaluate --help)")
+    sub.add_parser("tcpwise", help="TCP WISE: ground truth, convergence, population (lab tcpwise evaluate --help)")
     return p
 
 

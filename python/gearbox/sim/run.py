@@ -8,12 +8,14 @@ summary and the report (`gearbox lab report OUT` works on the output). Each run 
 workload seed (the requests `gearbox lab run` sends), instead of one `gearbox emu` with a
 real edge and client: no root, and a run takes a fraction of its simulated time.
 
-The simulator runs QUIC only, one client over one path. A scenario that needs more is
-refused before anything runs, with the feature named and `gearbox lab run` suggested:
-a policy over TCP (`tcp`, `h1`), a client flag (`load_args`: the client's gears choose
-a protocol), an edge flag other than `--cc` and `--initial-window` (the edge's TCP-only
-flags change nothing for QUIC and are let through), a multipath or population topology,
-a workload `time_scale`, a `[control]` table (a control plane beside the edge).
+The simulator runs QUIC only, over the `single` or the `population` topology (clients over
+/24 prefixes, each prefix its own links, docs/sim.md "Population"); the workload's
+`time_scale` scales send times as `gearbox load --time-scale` does. A scenario that needs
+more is refused before anything runs, with the feature named and `gearbox lab run`
+suggested: a policy over TCP (`tcp`, `h1`), a client flag (`load_args`: the client's gears
+choose a protocol), an edge flag other than `--cc` and `--initial-window` (the edge's
+TCP-only flags change nothing for QUIC and are let through), a multipath topology, a
+`[control]` table (a control plane beside the edge).
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ EDGE_SWITCHES = ("--mptcp", "--no-alt-svc")
 
 def _refuse(s: sc.Scenario, field: str, what: str) -> sc.ScenarioError:
     return sc.ScenarioError(
-        str(s.source), field, f"{what}: the simulator runs QUIC only, one client over one path; use `gearbox lab run`"
+        str(s.source),
+        field,
+        f"{what}: the simulator runs QUIC only, one path or a population; use `gearbox lab run`",
     )
 
 
@@ -79,10 +83,8 @@ def edge_settings(s: sc.Scenario, p: sc.Policy) -> dict[str, Any]:
 
 def check(s: sc.Scenario) -> None:
     """Refuses, before any run, a scenario the simulator cannot run as the lab would."""
-    if s.topology != "single":
+    if s.topology not in ("single", "population"):
         raise _refuse(s, "topology", f"topology {s.topology!r}")
-    if s.workload.time_scale != 1.0:
-        raise _refuse(s, "workload.time_scale", f"time_scale {s.workload.time_scale:g}")
     if s.control is not None:
         raise _refuse(s, "control", "a control plane beside the edge ([control])")
     for p in s.policies:
@@ -95,8 +97,8 @@ def check(s: sc.Scenario) -> None:
 
 def sim_config(s: sc.Scenario, run: Run, emu: dict[str, Any]) -> dict[str, Any]:
     """The `gearbox sim exec` config (docs/sim.md) of one run: the condition's links as the
-    emulator gets them, the run's seeds, the policy's controller and initial window."""
-    (path,) = emu["path"]
+    emulator gets them (a population's per prefix), the run's seeds, the policy's
+    controller and initial window."""
     config: dict[str, Any] = {
         "seed": run.link_seed,
         "workload_seed": run.workload_seed,
@@ -104,9 +106,26 @@ def sim_config(s: sc.Scenario, run: Run, emu: dict[str, Any]) -> dict[str, Any]:
         "time_limit_s": s.run_timeout_s,
         "workload": s.workload.name,
         **edge_settings(s, run.policy),
-        "down": path["downlink"],
-        "up": path["uplink"],
     }
+    if s.workload.time_scale != 1.0:
+        config["time_scale"] = s.workload.time_scale
+    if emu.get("topology") == "population":
+        pop = emu["population"]
+        population: dict[str, Any] = {
+            "prefixes": pop["prefixes"],
+            "hosts_per_prefix": pop["hosts_per_prefix"],
+            "down": pop["downlink"],
+            "up": pop["uplink"],
+        }
+        if pop.get("prefix"):
+            population["prefix"] = [
+                {"index": o["index"], "down": o["downlink"], "up": o["uplink"]} for o in pop["prefix"]
+            ]
+        config["population"] = population
+        return config
+    (path,) = emu["path"]
+    config["down"] = path["downlink"]
+    config["up"] = path["uplink"]
     return config
 
 
@@ -132,7 +151,7 @@ def run_one(s: sc.Scenario, run: Run, emu: dict[str, Any], gearbox: Path) -> Run
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="gearbox sim run",
-        description="Run a lab scenario (docs/lab.md) in the simulator: QUIC policies on one path, no root.",
+        description="Run a lab scenario (docs/lab.md) in the simulator: QUIC on one path or a population, no root.",
     )
     p.add_argument("scenario", type=Path, help="scenario file (TOML, docs/lab.md)")
     p.add_argument("--out", type=Path, help="output folder (default out/sim/<scenario name>)")

@@ -416,7 +416,12 @@ def parse_iws(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("out/tcpwise-eval"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default out/tcpwise-eval; --population: out/tcpwise-population)",
+    )
     p.add_argument("--iws", type=parse_iws, default=parse_iws("1..100"), help="ground-truth IWs (default 1..100)")
     p.add_argument("--reps", type=int, default=3, help="ground-truth simulations per condition and IW")
     p.add_argument("--gt-seconds", type=float, default=120.0, help="simulated seconds of requests per repetition")
@@ -426,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="ground truth for the eight conditions, or only those Figs. 7-9 visit",
     )
-    p.add_argument("--theta", type=float, default=60.0, help="learning interval θ, simulated seconds (§V-A1)")
+    p.add_argument(
+        "--theta", type=float, default=None, help="learning interval θ, simulated s (default 60, §V-A1; population 120)"
+    )
     p.add_argument(
         "--iterations",
         default="20,20,20",
@@ -438,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--s-min",
         type=int,
-        default=40,
-        help="S_min per IW (default 40: ~100 requests per θ split over α and β give ~50 each)",
+        default=None,
+        help="S_min per IW (default 40: ~100 requests per θ split over α and β give ~50 each; population 30)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -450,7 +457,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--jobs", type=int, default=1, help="ground-truth simulations in parallel (processes)")
     p.add_argument("--quiet", action="store_true")
+    pop = p.add_argument_group(
+        "population (§V-B; python/gearbox/tcpwise/population.py)",
+        "--population runs TCP WISE's online evaluation over a population of client /24s instead of the testbed's",
+    )
+    pop.add_argument("--population", action="store_true", help="IW 10, Riptide-style, TCP WISE and the oracle")
+    pop.add_argument("--prefixes", type=int, default=32, help="client /24 prefixes, each its own path")
+    pop.add_argument("--rate", type=float, default=0.5, help="search requests per second per prefix")
+    pop.add_argument("--intervals", type=int, default=20, help="learning intervals of θ")
+    pop.add_argument("--eval-intervals", type=int, default=5, help="the last intervals measured")
+    pop.add_argument(
+        "--oracle-iws", type=parse_iws, default=parse_iws("5,10,15,20,30,40,60,80"), help="the oracle's IWs"
+    )
+    pop.add_argument("--no-fast-start", action="store_true", help="TCP WISE from (10, 15) instead of the fast start")
     a = p.parse_args(argv)
+    if a.population:
+        from gearbox.tcpwise import population
+
+        a.out = a.out or Path("out/tcpwise-population")
+        a.theta = a.theta if a.theta is not None else 120.0
+        a.s_min = a.s_min if a.s_min is not None else 30
+        if a.prefixes < 1 or a.rate <= 0 or a.theta <= 0 or not 1 <= a.eval_intervals <= a.intervals:
+            p.error("--prefixes, --rate and --theta must be positive, and 1 <= --eval-intervals <= --intervals")
+        if not 1 <= a.prefixes <= 16384:
+            p.error(f"--prefixes {a.prefixes}: at most 16384")
+        if any(iw < 3 for iw in a.oracle_iws):
+            p.error("--oracle-iws: IWs of at least 3")
+        return population.main(a)
+    a.out = a.out or Path("out/tcpwise-eval")
+    a.theta = a.theta if a.theta is not None else 60.0
+    a.s_min = a.s_min if a.s_min is not None else 40
     try:
         its = [int(x) for x in a.iterations.split(",")]
         if len(its) != 3 or any(x < 1 for x in its):

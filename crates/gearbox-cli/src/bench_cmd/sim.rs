@@ -1,7 +1,9 @@
 //! `gearbox bench sim`: how fast the simulator runs (docs/sim.md "Speed"): simulated
 //! seconds per wall second and packets per wall second, for a 10 Mbit/s path with the
-//! `app` workload and a 100 Mbit/s bulk transfer; and page loads per wall second on a
-//! two-path client (SAILfish's training environment). Not a test: it prints figures.
+//! `app` workload, a 100 Mbit/s bulk transfer, an hour of `search` (a new connection per
+//! request: the cost of a long run) and a population of 1,000 clients on 250 /24s (TCP
+//! WISE's environment); and page loads per wall second on a two-path client (SAILfish's
+//! training environment). Not a test: it prints figures.
 
 use std::path::Path;
 use std::time::Instant;
@@ -31,6 +33,14 @@ pub fn run(a: SimBenchArgs) -> anyhow::Result<()> {
         (
             "100 Mbit/s, 20 ms, bulk 50 MB",
             "seed = 1\nduration_s = 1.0\ntime_limit_s = 600.0\nworkload = \"bulk\"\n[down]\nrate_bps = 100000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
+        (
+            "10 Mbit/s, 40 ms, search, 1 h (a new connection per request)",
+            "seed = 1\nduration_s = 3600.0\nworkload = \"search\"\n[down]\nrate_bps = 10000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[down.queue]\nlimit_bdp = 1.0\n",
+        ),
+        (
+            "population: 250 /24s x 4 hosts (1,000 clients), 20 Mbit/s, 40 ms each, search x 20, 120 s",
+            "seed = 1\nduration_s = 2400.0\ntime_scale = 0.05\nworkload = \"search\"\n[population]\nprefixes = 250\nhosts_per_prefix = 4\n[population.down]\nrate_bps = 20000000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[population.down.queue]\nlimit_bdp = 1.0\n",
         ),
         (
             "10 Mbit/s, 40 ms, bulk 50 MB, real TLS packet protection",
