@@ -17,7 +17,10 @@ export GEARBOX_PYTHON="${GEARBOX_PYTHON:-$PWD/.venv/bin/python}"
 
 at "rustfmt"; cargo fmt --all --check
 at "clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
-at "cargo test"; cargo build -p gearbox-cli --locked
+# `cargo test` builds the gearbox binary itself (gearbox-cli's integration tests need it)
+# before any test runs; a separate `cargo build` first compiled it with other features,
+# only for the test build to compile it again.
+at "cargo test"
 cargo_log=$(mktemp)
 trap 'rm -f "$cargo_log"' EXIT
 GEARBOX_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gearbox" cargo test --workspace --locked 2>&1 | tee "$cargo_log"
