@@ -51,7 +51,6 @@ impl Running {
     }
 
     /// The admin port's `/connections` (JSON, after the response's head).
-    #[allow(dead_code)] // not every test binary asks for it
     pub async fn connections(&self) -> String {
         self.admin_get("/connections").await
     }
