@@ -393,6 +393,20 @@ impl<P: AsRef<[u8]>> Link<P> {
         }
     }
 
+    /// When the next packet that has left the bottleneck is delivered (`None`: none
+    /// has). [`Link::next_wakeup`] before it is a departure from the bottleneck.
+    pub fn next_delivery(&self) -> Option<Duration> {
+        self.delay.next_at()
+    }
+
+    /// Replays scheduled changes and departures from the bottleneck up to `now`,
+    /// delivering nothing. Every other call advances the link to its `now` first, so
+    /// this changes no outcome; a discrete-event caller uses it to step over a
+    /// departure without handling an instant at which nothing else happens.
+    pub fn advance_to(&mut self, now: Duration) {
+        self.advance(now);
+    }
+
     /// Replays changes and departures up to `now`.
     fn advance(&mut self, now: Duration) {
         let now = now.max(self.now);

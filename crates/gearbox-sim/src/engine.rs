@@ -1,7 +1,6 @@
 //! The discrete-event loop: two quinn-proto endpoints, two links, one workload.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -184,6 +183,37 @@ struct ServerConn {
     timer: Option<Instant>,
 }
 
+/// Connections to handle at this instant, handed out in ascending order with each once
+/// (what a `BTreeSet` gives, without a tree node per insert: the set is refilled at
+/// every pass of every instant).
+#[derive(Debug)]
+struct DueSet<T>(Vec<T>);
+
+impl<T> Default for DueSet<T> {
+    fn default() -> Self {
+        DueSet(Vec::new())
+    }
+}
+
+impl<T: Ord + Copy> DueSet<T> {
+    fn insert(&mut self, t: T) {
+        self.0.push(t);
+    }
+
+    /// The members, ascending.
+    fn sorted(&mut self) -> &[T] {
+        self.0.sort_unstable();
+        self.0.dedup();
+        &self.0
+    }
+
+    /// Empties the set; its members, ascending.
+    fn take(&mut self) -> Vec<T> {
+        self.sorted();
+        std::mem::take(&mut self.0)
+    }
+}
+
 /// Whose timer a [`Sim::timers`] entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Owner {
@@ -314,11 +344,17 @@ pub(crate) struct Sim {
     /// `handle_event`, `handle_timeout` or application I/O). The others have nothing
     /// to do, so an event costs the connections it touches, not every connection of
     /// the run.
-    client_due: BTreeSet<usize>,
-    server_due: BTreeSet<ConnectionHandle>,
-    /// Every connection's timer deadline (stale entries are skipped: an entry counts
-    /// while it equals its connection's `timer`).
-    timers: BinaryHeap<Reverse<(Instant, Owner)>>,
+    client_due: DueSet<usize>,
+    server_due: DueSet<ConnectionHandle>,
+    /// Client connections that made progress at the previous pass of this instant: one
+    /// of them may have closed with requests still waiting for a stream
+    /// ([`Sim::reconnect_stranded`]).
+    client_progressed: Vec<usize>,
+    /// Every connection's armed timer deadline, earliest first: an entry is removed when
+    /// its connection re-arms (the connection's `timer` says which entry is its), so the
+    /// set holds one entry per connection. (A heap with stale entries grew by one entry
+    /// at every re-arm, and a busy connection re-arms at almost every packet.)
+    timers: BTreeSet<(Instant, Owner)>,
     /// Requests whose response bytes arrived since the last [`Sim::finish_requests`].
     arrived: Vec<usize>,
     pub(crate) pending: Vec<Pending>,
@@ -689,9 +725,10 @@ impl Sim {
             hosts_per_prefix: config.population.as_ref().map(|p| p.hosts_per_prefix),
             addr_conn: vec![None; config.population.as_ref().map_or(0, |p| p.addresses() as usize)],
             busy: BTreeSet::new(),
-            client_due: BTreeSet::new(),
-            server_due: BTreeSet::new(),
-            timers: BinaryHeap::new(),
+            client_due: DueSet::default(),
+            server_due: DueSet::default(),
+            client_progressed: Vec::new(),
+            timers: BTreeSet::new(),
             arrived: Vec::new(),
             pending,
             next_request: 0,
@@ -775,7 +812,7 @@ impl Sim {
             // With nothing left to happen (no timer, packet or request) it idles to the
             // target; a due event that produced nothing (a link departure) must not spin.
             let next = self
-                .next_event()
+                .next_event(target)
                 .unwrap_or(Duration::MAX)
                 .max(self.now + Duration::from_nanos(1));
             if next > target {
@@ -786,33 +823,64 @@ impl Sim {
         }
     }
 
-    /// When something next happens.
-    fn next_event(&mut self) -> Option<Duration> {
-        let mut next: Option<Duration> = None;
+    /// When something next happens; departures from a link's bottleneck before it (and
+    /// not after `limit`) are replayed on the way.
+    ///
+    /// A departure hands nothing to an endpoint: the packet only moves from the
+    /// bottleneck to the link's delay stage. The link replays departures up to the time
+    /// of every call (an enqueue, a delivery), so stepping over them here gives the same
+    /// link state as handling each departure's instant, without the instant's pass over
+    /// connections and links (about half of a full link's instants were departures).
+    /// Only departures before every other event (request, timer, delivery, on any link)
+    /// are replayed, so no packet can be offered to a link already advanced past its
+    /// arrival.
+    fn next_event(&mut self, limit: Duration) -> Option<Duration> {
+        let mut other: Option<Duration> = None;
         let mut take = |t: Option<Duration>| {
             if let Some(t) = t {
-                next = Some(next.map_or(t, |n: Duration| n.min(t)));
+                other = Some(other.map_or(t, |n: Duration| n.min(t)));
             }
         };
-        for &i in &self.busy {
-            let p = &self.paths[i];
-            take(p.down.next_wakeup());
-            take(p.up.next_wakeup());
-        }
         if self.graph.is_none() {
             if let Some(p) = self.pending.get(self.next_request) {
                 take(Some(Duration::from_secs_f64(p.req.send_at_ms / 1e3)));
             }
         }
-        // The earliest armed timer; stale entries (re-armed or gone since) are dropped.
-        while let Some(&Reverse((t, owner))) = self.timers.peek() {
+        // The earliest armed timer; an entry of a connection gone since is dropped.
+        while let Some(&(t, owner)) = self.timers.first() {
             if self.armed(owner) == Some(t) {
                 take(Some(t.saturating_duration_since(self.base)));
                 break;
             }
-            self.timers.pop();
+            self.timers.pop_first();
         }
-        next
+        loop {
+            // The earliest link event, and the link it is on (down before up, in path
+            // order, on a tie).
+            let mut first: Option<(Duration, usize, bool)> = None;
+            for &i in &self.busy {
+                let p = &self.paths[i];
+                for (down, link) in [(true, &p.down), (false, &p.up)] {
+                    if let Some(w) = link.next_wakeup() {
+                        if first.is_none_or(|(f, _, _)| w < f) {
+                            first = Some((w, i, down));
+                        }
+                    }
+                }
+            }
+            let Some((w, i, down)) = first else { return other };
+            let before_all = w > self.now && w <= limit && other.is_none_or(|o| w < o);
+            let link = if down {
+                &mut self.paths[i].down
+            } else {
+                &mut self.paths[i].up
+            };
+            if before_all && link.next_delivery().is_none_or(|d| d > w) {
+                link.advance_to(w);
+                continue;
+            }
+            return Some(other.map_or(w, |o| o.min(w)));
+        }
     }
 
     /// The timer deadline `owner` has armed now.
@@ -825,11 +893,11 @@ impl Sim {
 
     /// Marks every connection whose timer is due at `now` for handling.
     fn due_timers(&mut self, now: Instant) {
-        while let Some(&Reverse((t, owner))) = self.timers.peek() {
+        while let Some(&(t, owner)) = self.timers.first() {
             if t > now {
                 break;
             }
-            self.timers.pop();
+            self.timers.pop_first();
             if self.armed(owner) != Some(t) {
                 continue;
             }
@@ -853,9 +921,12 @@ impl Sim {
         let c = &mut self.clients[ci];
         let t = c.conn.as_mut().and_then(Connection::poll_timeout);
         if t != c.timer {
+            if let Some(old) = c.timer {
+                self.timers.remove(&(old, Owner::Client(ci)));
+            }
             c.timer = t;
             if let Some(t) = t {
-                self.timers.push(Reverse((t, Owner::Client(ci))));
+                self.timers.insert((t, Owner::Client(ci)));
             }
         }
     }
@@ -865,9 +936,12 @@ impl Sim {
         let Some(s) = self.servers.get_mut(&h) else { return };
         let t = s.conn.poll_timeout();
         if t != s.timer {
+            if let Some(old) = s.timer {
+                self.timers.remove(&(old, Owner::Server(h)));
+            }
             s.timer = t;
             if let Some(t) = t {
-                self.timers.push(Reverse((t, Owner::Server(h))));
+                self.timers.insert((t, Owner::Server(h)));
             }
         }
     }
@@ -1005,12 +1079,17 @@ impl Sim {
 
     /// Requests still waiting for a stream on a connection that closed go to a new one.
     fn reconnect_stranded(&mut self) -> Result<bool, SimError> {
-        // Only a connection handled at this instant can have closed since the last look.
-        let stranded: Vec<(usize, Option<u32>, Vec<usize>)> = self
-            .client_due
+        // Only a connection handled at this instant can have closed since the last look:
+        // one due now, or one that made progress at the previous pass.
+        let clients = &self.clients;
+        let is_stranded = |ci: &usize| clients[*ci].closed() && !clients[*ci].waiting.is_empty();
+        let mut found: Vec<usize> = self.client_progressed.iter().copied().filter(is_stranded).collect();
+        found.extend(self.client_due.sorted().iter().copied().filter(is_stranded));
+        found.sort_unstable();
+        found.dedup();
+        let stranded: Vec<(usize, Option<u32>, Vec<usize>)> = found
             .iter()
             .map(|&ci| &self.clients[ci])
-            .filter(|c| c.closed() && !c.waiting.is_empty())
             .map(|c| (c.path, c.addr, c.waiting.iter().copied().collect()))
             .collect();
         if stranded.is_empty() {
@@ -1040,22 +1119,22 @@ impl Sim {
         let now = self.instant();
         self.due_timers(now);
         let mut progress = false;
-        for ci in std::mem::take(&mut self.client_due) {
-            let p = self.drive_client(ci, now);
-            if p {
-                // Handled once more at the next pass, as every connection was before
-                // connections were handled only when touched.
-                self.client_due.insert(ci);
+        // A connection is not handled again at the next pass unless something touches it
+        // (a datagram, a request, its timer): it has just been polled until it had nothing
+        // to send, and polling it again at the same instant with no new input finds
+        // nothing (a pass of every connection that made progress cost a second round of
+        // polls per event, most of quinn-proto's `poll_transmit` calls that sent nothing;
+        // the records are the same byte for byte, docs/sim.md "Speed").
+        self.client_progressed.clear();
+        for ci in self.client_due.take() {
+            if self.drive_client(ci, now) {
+                progress = true;
+                self.client_progressed.push(ci);
             }
-            progress |= p;
             self.rearm_client(ci);
         }
-        for h in std::mem::take(&mut self.server_due) {
-            let p = self.drive_server(h, now);
-            if p && self.servers.contains_key(&h) {
-                self.server_due.insert(h);
-            }
-            progress |= p;
+        for h in self.server_due.take() {
+            progress |= self.drive_server(h, now);
             self.rearm_server(h);
         }
         progress
