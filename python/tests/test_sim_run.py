@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gearbox.lab import runner
 from gearbox.lab import scenario as sc
+from gearbox.lab.planning import plan
 from gearbox.sim import fidelity
 from gearbox.sim import run as sim_run
 
@@ -179,3 +181,34 @@ def test_the_fidelity_scenarios_are_ones_both_sides_run(tmp_path: Path) -> None:
         for shape in ("grid", *fidelity.TRACES)
         for kind in ("app", "bulk")
     }
+
+
+def test_a_trace_starts_at_the_same_link_time_in_the_emulator_and_the_simulator(tmp_path: Path) -> None:
+    """The emulator's links start with its relay, a second or so before its client; over a
+    trace or a schedule the lab starts the client at a fixed link time and the simulator's
+    links that far ahead (docs/sim.md "Fidelity"); a constant link needs neither."""
+    link = {"delay_ms": 20.0, "base_rtt_ms": 40.0}
+    constant = {
+        "topology": "single",
+        "path": [{"downlink": {**link, "rate_bps": 10_000_000}, "uplink": {**link, "rate_bps": 10_000_000}}],
+    }
+    trace = {
+        "topology": "single",
+        "path": [{"downlink": {**link, "trace_file": "w.trace"}, "uplink": {**link, "rate_bps": 10_000_000}}],
+    }
+    schedule = {
+        "topology": "population",
+        "population": {
+            "prefixes": 1,
+            "hosts_per_prefix": 1,
+            "downlink": {**link, "rate_bps": 1, "schedule": [{"at_ms": 5.0, "rate_bps": 2}]},
+            "uplink": link,
+        },
+    }
+    assert [runner.time_varying(e) for e in (constant, trace, schedule)] == [False, True, True]
+
+    s = sc.load(_scenario(tmp_path, SMALL))
+    run = plan(s, tmp_path / "out")[1][0]
+    assert "link_offset_s" not in sim_run.sim_config(s, run, constant)
+    offset = sim_run.sim_config(s, run, trace)["link_offset_s"]
+    assert offset == pytest.approx(runner.CLIENT_AT_LINK_S + runner.CLIENT_STARTUP_S)

@@ -43,6 +43,11 @@ pub struct EmuArgs {
     /// a loaded machine's scheduling does not add delay the path does not have (root).
     #[arg(long)]
     realtime_endpoints: bool,
+    /// Start the client no earlier than this many seconds after the links' clock started
+    /// (the relay's start), so that a trace or schedule is at the same point at every
+    /// run's first request (default: as soon as the server is ready).
+    #[arg(long, value_name = "S")]
+    client_at_s: Option<f64>,
 }
 
 fn seconds(name: &str, s: f64) -> anyhow::Result<Duration> {
@@ -67,6 +72,7 @@ pub fn run(args: EmuArgs) -> anyhow::Result<()> {
         ready_ports: args.ready_ports,
         ready_timeout: seconds("ready-timeout-s", args.ready_timeout_s)?,
         realtime_endpoints: args.realtime_endpoints,
+        client_at: args.client_at_s.map(|s| seconds("client-at-s", s)).transpose()?,
     };
     let outcome = gearbox_emu::run(&config, &options)?;
     let r = &outcome.report;

@@ -68,6 +68,13 @@ pub struct RunOptions {
     /// the delay the endpoints see is the emulated path's. Needs root, like the relay's
     /// own real-time thread; without it the commands run as usual, with a warning.
     pub realtime_endpoints: bool,
+    /// Start the client no earlier than this link time (the links' clock, which starts
+    /// with the relay): a run's trace or schedule is then at the same point when its
+    /// client starts, however long the emulator's calibration and the server took to
+    /// get ready (0.35-1.05 s measured). The simulator's `link_offset_s` starts its
+    /// links at the same point (docs/sim.md "Fidelity"). `None`: as soon as the server
+    /// is ready.
+    pub client_at: Option<Duration>,
 }
 
 impl Default for RunOptions {
@@ -80,6 +87,7 @@ impl Default for RunOptions {
             ready_ports: Vec::new(),
             ready_timeout: Duration::from_secs(10),
             realtime_endpoints: false,
+            client_at: None,
         }
     }
 }
@@ -245,7 +253,33 @@ pub fn run(config: &EmuConfig, options: &RunOptions) -> Result<RunOutcome, EmuEr
             wait_ready(&emu, s, &options.ready_ports, options.ready_timeout)?;
         }
         let mut client = match &options.client {
-            Some(cmd) => Some(Proc::spawn(&emu, Side::Client, cmd, options.realtime_endpoints)?),
+            Some(cmd) => {
+                if let Some(at) = options.client_at {
+                    loop {
+                        let left = at.saturating_sub(sys::monotonic_now().saturating_sub(emu.epoch()));
+                        if left.is_zero() {
+                            break;
+                        }
+                        if let Some(sig) = stop_requested() {
+                            return Ok((128 + sig, Some(sig)));
+                        }
+                        std::thread::sleep(left.min(POLL));
+                    }
+                }
+                // The links' clock when the client starts: a trace or schedule is this far
+                // along at its first request (the simulator's `link_offset_s` matches it;
+                // docs/sim.md "Fidelity").
+                let link_time = sys::monotonic_now().saturating_sub(emu.epoch());
+                let unix_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                tracing::info!(
+                    link_time_s = format_args!("{:.3}", link_time.as_secs_f64()),
+                    unix_ms,
+                    "client started"
+                );
+                Some(Proc::spawn(&emu, Side::Client, cmd, options.realtime_endpoints)?)
+            }
             None => None,
         };
         let deadline = options.duration.map(|d| Instant::now() + d);

@@ -299,6 +299,9 @@ pub(crate) struct Sim {
     pub(crate) now: Duration,
     /// Every path's links, in path order (one for a single-path client).
     pub(crate) paths: Vec<PathLinks>,
+    /// The links' clock at simulated time zero ([`SimConfig::link_offset_s`]): a link
+    /// is handed `now + link_offset`.
+    link_offset: Duration,
     /// Each path's current client connection (an index into `clients`).
     pub(crate) path_conn: Vec<Option<usize>>,
     client: Endpoint,
@@ -698,6 +701,7 @@ impl Sim {
             base: Instant::now(),
             now: Duration::ZERO,
             path_conn: vec![None; paths.len()],
+            link_offset: Duration::from_secs_f64(config.link_offset_s.unwrap_or(0.0)),
             paths,
             client: Endpoint::new(endpoint_config.clone(), None, mtud, Some(seed_bytes(config.seed, 3))),
             server: Endpoint::new(
@@ -861,7 +865,8 @@ impl Sim {
             for &i in &self.busy {
                 let p = &self.paths[i];
                 for (down, link) in [(true, &p.down), (false, &p.up)] {
-                    if let Some(w) = link.next_wakeup() {
+                    // Links count from their own time zero ([`SimConfig::link_offset_s`]).
+                    if let Some(w) = link.next_wakeup().map(|w| w.saturating_sub(self.link_offset)) {
                         if first.is_none_or(|(f, _, _)| w < f) {
                             first = Some((w, i, down));
                         }
@@ -875,8 +880,8 @@ impl Sim {
             } else {
                 &mut self.paths[i].up
             };
-            if before_all && link.next_delivery().is_none_or(|d| d > w) {
-                link.advance_to(w);
+            if before_all && link.next_delivery().is_none_or(|d| d > w + self.link_offset) {
+                link.advance_to(w + self.link_offset);
                 continue;
             }
             return Some(other.map_or(w, |o| o.min(w)));
@@ -1178,7 +1183,7 @@ impl Sim {
             };
             progress = true;
             self.busy.insert(c.path);
-            send(up, self.now, src, &t, &self.buf);
+            send(up, self.now + self.link_offset, src, &t, &self.buf);
         }
         // A drained connection has told its endpoint (above) and has nothing left to do.
         if conn.is_drained() && c.waiting.is_empty() && c.writing.is_empty() {
@@ -1235,7 +1240,14 @@ impl Sim {
                 };
                 let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
                 self.busy.insert(link);
-                send_to(&mut self.paths[link].down, self.now, SERVER, dst, &t, &self.buf);
+                send_to(
+                    &mut self.paths[link].down,
+                    self.now + self.link_offset,
+                    SERVER,
+                    dst,
+                    &t,
+                    &self.buf,
+                );
             }
             if s.conn.is_drained() {
                 self.servers.remove(&h);
@@ -1308,7 +1320,7 @@ impl Sim {
 
     fn deliver_path(&mut self, path: usize, now: Instant) -> bool {
         let mut progress = false;
-        while let Some(p) = self.paths[path].up.poll_transmit(self.now) {
+        while let Some(p) = self.paths[path].up.poll_transmit(self.now + self.link_offset) {
             progress = true;
             let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;
@@ -1360,13 +1372,20 @@ impl Sim {
                         let buf = self.buf.clone();
                         let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
                         self.busy.insert(link);
-                        send_to(&mut self.paths[link].down, self.now, SERVER, dst, &t, &buf);
+                        send_to(
+                            &mut self.paths[link].down,
+                            self.now + self.link_offset,
+                            SERVER,
+                            dst,
+                            &t,
+                            &buf,
+                        );
                     }
                 }
                 None => {}
             }
         }
-        while let Some(p) = self.paths[path].down.poll_transmit(self.now) {
+        while let Some(p) = self.paths[path].down.poll_transmit(self.now + self.link_offset) {
             progress = true;
             let Some((src, _dst, data)) = packet::unwrap(p) else {
                 continue;

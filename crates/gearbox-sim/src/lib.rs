@@ -88,6 +88,15 @@ pub struct SimConfig {
     /// `duration_s` does. Default 1.
     #[serde(default)]
     pub time_scale: Option<f64>,
+    /// What the links' clock reads when the run starts (its first request is sent at
+    /// simulated time zero plus its own send time), seconds; default 0. A rate trace, a
+    /// link's `schedule` and its Gilbert-Elliott or other time-driven state are this far
+    /// along then. The emulator's links start when its relay starts, before its server
+    /// is ready and its client starts (docs/emu.md "Sequence"), so the same trace meets an
+    /// emulated client's first request about a second in; `gearbox sim run` sets this to
+    /// that measured offset (docs/sim.md "Fidelity").
+    #[serde(default)]
+    pub link_offset_s: Option<f64>,
     /// Where each connection's qlog goes (`conn<N>-client.sqlog`, `conn<N>-server.sqlog`:
     /// quinn-proto's packet, loss and recovery events, JSON-SEQ, times from the run's
     /// virtual time zero); None: no qlog. Not read from the file: `gearbox sim exec --qlog`.
@@ -301,6 +310,12 @@ impl SimConfig {
             .map_err(|e| bad("initial_window", e.to_string()))?;
         if let Some(t) = self.time_scale.filter(|t| !(t.is_finite() && *t > 0.0)) {
             return Err(bad("time_scale", format!("must be > 0, got {t}")));
+        }
+        if let Some(t) = self
+            .link_offset_s
+            .filter(|t| !(t.is_finite() && *t >= 0.0 && *t <= 86_400.0))
+        {
+            return Err(bad("link_offset_s", format!("must be between 0 and 86400, got {t}")));
         }
         let given = [self.down.is_some(), !self.path.is_empty(), self.population.is_some()];
         match given.iter().filter(|g| **g).count() {

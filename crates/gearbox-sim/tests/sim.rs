@@ -428,3 +428,36 @@ fn vivace_fills_a_10_and_a_50_mbit_bottleneck_in_the_simulator() {
     }
     assert!(short.is_empty(), "below 90%: {short:?}");
 }
+
+/// `link_offset_s` starts the links' clock ahead of the first request, as the emulator's
+/// links start with its relay, about a second before its client sends: a link slow for
+/// its first second no longer slows the first download, and a constant link changes
+/// nothing at all.
+#[test]
+fn a_link_offset_starts_the_links_clock_ahead_of_the_first_request() {
+    let slow_first_second = |offset: &str| {
+        let text = format!(
+            "seed = 7\nduration_s = 1.0\nworkload = \"{}\"\n{offset}\n[down]\nrate_bps = 200000\ndelay_ms = 20.0\nbase_rtt_ms = 40.0\n[[down.schedule]]\nat_ms = 1000.0\nrate_bps = 10000000\n",
+            bulk()
+        );
+        let out = run(&SimConfig::parse(&text, Path::new("test.toml")).unwrap()).unwrap();
+        records(&out)[0]["rct_ms"].as_f64().unwrap()
+    };
+    let (at_zero, ahead) = (slow_first_second(""), slow_first_second("link_offset_s = 1.0"));
+    assert!(
+        at_zero - ahead > 500.0,
+        "{at_zero:.0} ms at offset 0, {ahead:.0} ms a second ahead"
+    );
+
+    let constant = run(&config("app", "")).unwrap();
+    let shifted = run(&config("app", "link_offset_s = 2.5")).unwrap();
+    assert_eq!(constant.records, shifted.records);
+
+    let e = SimConfig::parse(
+        "duration_s = 1\nlink_offset_s = -1\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
+        Path::new("x.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("x.toml: link_offset_s"), "{e}");
+}

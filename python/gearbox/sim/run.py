@@ -30,7 +30,7 @@ from typing import Any
 from gearbox.lab import scenario as sc
 from gearbox.lab.environment import LabError, find_gearbox
 from gearbox.lab.planning import Run
-from gearbox.lab.runner import RunResult, count_lines
+from gearbox.lab.runner import CLIENT_AT_LINK_S, CLIENT_STARTUP_S, RunResult, count_lines, time_varying
 
 # Edge flags the simulator's server takes (name in the sim config).
 SIM_EDGE_FLAGS = {"--cc": "cc", "--initial-window": "initial_window"}
@@ -109,6 +109,10 @@ def sim_config(s: sc.Scenario, run: Run, emu: dict[str, Any]) -> dict[str, Any]:
     }
     if s.workload.time_scale != 1.0:
         config["time_scale"] = s.workload.time_scale
+    if time_varying(emu):
+        # The emulator starts the client at this link time (its links' clock starts with
+        # its relay), so the trace is as far along at the first request on both sides.
+        config["link_offset_s"] = CLIENT_AT_LINK_S + CLIENT_STARTUP_S
     if emu.get("topology") == "population":
         pop = emu["population"]
         population: dict[str, Any] = {
