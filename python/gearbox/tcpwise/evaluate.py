@@ -276,7 +276,8 @@ def _samples(records: list[dict[str, Any]], offset_ms: float = 0.0) -> list[IwSa
                 latency_ms=lat,
                 client_addr=r.get("local_addr"),
                 rtt_ms=(r.get("transport") or {}).get("rtt_ms"),
-                retransmits=(r.get("transport") or {}).get("lost_packets"),
+                # The server's losses, as the edge's own record gives them to the learner.
+                retransmits=(r.get("server_transport") or r.get("transport") or {}).get("lost_packets"),
             )
         )
     return out
