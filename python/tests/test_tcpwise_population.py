@@ -65,7 +65,7 @@ def test_a_tiny_population_evaluation_compares_the_five_policies(tmp_path: Path)
     )
     assert code == 0
     summary = json.loads((out / "population.json").read_text())
-    assert set(summary["overall"]) == {"iw10", "riptide", "tcpwise", "tcpwise_seed", "oracle"}
+    assert set(summary["overall"]) == {"iw10", "riptide", "tcpwise", "tcpwise_guard", "oracle"}
     # The same requests under every policy in the measured interval: answered, or cut off by
     # the time limit (a thin prefix at 2 requests/s can queue past it).
     counts = {name: s["responses"] + (s["unfinished"] or 0) for name, s in summary["overall"].items()}

@@ -15,7 +15,8 @@ by Δ, otherwise both down by Δ. The sample test is per IW (§IV-C3: "for each 
 responses sample number must [be] larger than S_min"). The returned set keeps Algorithm 1's
 order, the winner X first (α, the control) and the probe second (β).
 
-The loss guard, gearbox's (`LearnConfig.loss_guard`, docs/tcpwise.md "The loss guard"): when
+The loss guard, gearbox's and off by default (`LearnConfig.loss_guard`, docs/tcpwise.md "The
+loss guard"): when
 the responses carry their lost packets, an IW is not the winner over a smaller IW Y of the set
 if it lost, per response, more than `loss_guard_share` × (IW − Y) packets more than Y did; the
 least p80 among the IWs left wins. On a path whose bottleneck holds a few packets, the larger

@@ -54,8 +54,9 @@ class LearnConfig:
     per_hour: bool = True
     """Learn each cluster per hour of the day (§IV-C3: "we also learn the best IW in 24 hours
     individually"); off: hour-less entries stay hour-less."""
-    loss_guard: bool = True
-    """gearbox's guard, not the seed's (docs/tcpwise.md "The loss guard"): an IW does not win
+    loss_guard: bool = False
+    """gearbox's guard, not the seed's, off by default so that the learner is Algorithm 1
+    exactly (docs/tcpwise.md "The loss guard"): an IW does not win
     over a smaller IW of its set when its responses lost more packets than the smaller's by more
     than `loss_guard_share` of the extra window. A larger IW's A/B win on a thin path is taken
     from its neighbours on the shared bottleneck; its extra packets, mostly dropped, show it."""

@@ -451,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
+        "--loss-guard",
+        action="store_true",
+        help="the convergence runs' learner with gearbox's loss guard (default: Algorithm 1 exactly)",
+    )
+    p.add_argument(
         "--ground-truth",
         type=Path,
         default=None,
@@ -500,7 +505,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--figures: unknown figure {f!r}; valid: {', '.join(FIGURES)}")
     if a.reps < 1 or a.gt_seconds <= 0 or a.theta <= 0:
         p.error("--reps, --gt-seconds and --theta must be positive")
-    config = LearnConfig(delta=a.delta, s_min=a.s_min, theta_s=a.theta, initial_alpha=a.initial_alpha, per_hour=False)
+    config = LearnConfig(
+        delta=a.delta,
+        s_min=a.s_min,
+        theta_s=a.theta,
+        initial_alpha=a.initial_alpha,
+        per_hour=False,
+        loss_guard=a.loss_guard,
+    )
     a.out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(a.out)
     started = time.perf_counter()

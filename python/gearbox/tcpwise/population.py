@@ -39,10 +39,9 @@ measured.
   records carry the server end's window as the response completed (`server_transport`).
 - `tcpwise`: the learner as `gearbox learn tcpwise` runs it (Algorithm 1; the fast start of
   §V-B3, (10, 15, 20, 25, 30); `per_hour = false`), fed each interval's records, its table
-  applied by the edge's own QUIC gear in the simulator (`SimSession.set_cwnd_table`), with
-  gearbox's loss guard (`LearnConfig.loss_guard`, docs/tcpwise.md "The loss guard").
-- `tcpwise_seed`: the same learner without the loss guard: Algorithm 1 exactly as the seed
-  writes it.
+  applied by the edge's own QUIC gear in the simulator (`SimSession.set_cwnd_table`).
+- `tcpwise_guard`: the same learner with gearbox's loss guard (`LearnConfig.loss_guard`,
+  docs/tcpwise.md "The loss guard").
 - `oracle`: per prefix, the IW of `--oracle-iws` with the least p80 over the measured
   intervals, each IW run on the same requests (hindsight: chosen on the data it is scored on).
   Prefixes have their own links, so a prefix's responses under one IW do not depend on the
@@ -83,7 +82,7 @@ PACKET_BYTES = 1200
 SEARCH_MEAN_GAP_S = 0.610
 """Mean gap between `search` requests at time scale 1 (workloads/search.toml)."""
 CLASSES = ("small", "medium", "large")
-POLICIES = ("iw10", "riptide", "tcpwise", "tcpwise_seed", "oracle")
+POLICIES = ("iw10", "riptide", "tcpwise", "tcpwise_guard", "oracle")
 
 
 @dataclass(frozen=True)
@@ -324,8 +323,8 @@ def _task(args: tuple[str, Setup, int]) -> Any:
         return run_fixed(setup, iw)
     if kind == "riptide":
         return run_riptide(setup)
-    if kind == "tcpwise_seed":
-        return run_tcpwise(replace(setup, learn=replace(setup.learn, loss_guard=False)))
+    if kind == "tcpwise_guard":
+        return run_tcpwise(replace(setup, learn=replace(setup.learn, loss_guard=True)))
     return run_tcpwise(setup)
 
 
@@ -348,7 +347,7 @@ def evaluate(setup: Setup, oracle_iws: Sequence[int], jobs: int = 1, progress: b
     iws = sorted(set(oracle_iws) | {10})
     tasks = [
         ("tcpwise", setup, 0),
-        ("tcpwise_seed", setup, 0),
+        ("tcpwise_guard", setup, 0),
         ("riptide", setup, 0),
         *(("fixed", setup, iw) for iw in iws),
     ]
@@ -361,7 +360,7 @@ def evaluate(setup: Setup, oracle_iws: Sequence[int], jobs: int = 1, progress: b
             results.append(_task(t))
             if progress:
                 print(f"{PROG}: {t[0]} {t[2] or ''} done", file=sys.stderr)
-    (tw, tw_iws, tw_log), (ts, ts_iws, _), (rp, rp_iws) = results[0], results[1], results[2]
+    (tw, tw_iws, tw_log), (tg, tg_iws, _), (rp, rp_iws) = results[0], results[1], results[2]
     fixed: dict[int, Measured] = dict(zip(iws, results[3:], strict=True))
     # The hindsight oracle: per prefix, the smallest IW of least p80 over the measured intervals.
     oracle: list[Response] = []
@@ -379,17 +378,17 @@ def evaluate(setup: Setup, oracle_iws: Sequence[int], jobs: int = 1, progress: b
         "iw10": fixed[10].responses,
         "riptide": rp.responses,
         "tcpwise": tw.responses,
-        "tcpwise_seed": ts.responses,
+        "tcpwise_guard": tg.responses,
         "oracle": oracle,
     }
     # The oracle's cut-off requests cannot be told apart by prefix (they have no record).
     unfinished = {"iw10": fixed[10].unfinished, "riptide": rp.unfinished, "tcpwise": tw.unfinished}
-    unfinished |= {"tcpwise_seed": ts.unfinished, "oracle": None}
+    unfinished |= {"tcpwise_guard": tg.unfinished, "oracle": None}
     final_iw = {
         "iw10": {p.index: 10 for p in setup.paths},
         "riptide": rp_iws,
         "tcpwise": tw_iws,
-        "tcpwise_seed": ts_iws,
+        "tcpwise_guard": tg_iws,
         "oracle": oracle_iw,
     }
     cls = {p.index: p.cls for p in setup.paths}
@@ -455,7 +454,7 @@ def report(summary: dict[str, Any], parameters: dict[str, Any]) -> str:
         if s.get("responses") and s.get("retransmission_rate") is not None:
             lines.append(f"| {name} | {100 * s['retransmission_rate']:.2f}% | {100 * s['lossy_response_share']:.1f}% |")
     lines += ["", "| policy | IW: prefixes |", "|---|---|"]
-    for name in ("riptide", "tcpwise", "tcpwise_seed", "oracle"):
+    for name in ("riptide", "tcpwise", "tcpwise_guard", "oracle"):
         h = summary["iw_distribution"][name]
         lines.append(f"| {name} | " + ", ".join(f"{iw}: {n}" for iw, n in h.items()) + " |")
     return "\n".join(lines) + "\n"
