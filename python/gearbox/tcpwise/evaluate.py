@@ -463,6 +463,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--jobs", type=int, default=1, help="ground-truth simulations in parallel (processes)")
     p.add_argument("--quiet", action="store_true")
+    emu = p.add_argument_group(
+        "ground truth on kernel TCP in the emulator (root; python/gearbox/tcpwise/emulate.py)",
+        "--emulator sweeps IWs over HTTP/2 on the edge's BPF program instead of the simulator",
+    )
+    emu.add_argument("--emulator", action="store_true", help="the ground truth of the conditions on kernel TCP")
+    emu.add_argument(
+        "--emulator-iws", type=parse_iws, default=parse_iws("5,10,20,30,40,50,70,100"), help="IWs of the sweep"
+    )
+    emu.add_argument("--emulator-duration-s", type=float, default=60.0, help="seconds of requests per IW")
     pop = p.add_argument_group(
         "population (§V-B; python/gearbox/tcpwise/population.py)",
         "--population runs TCP WISE's online evaluation over a population of client /24s instead of the testbed's",
@@ -490,6 +499,30 @@ def main(argv: list[str] | None = None) -> int:
         if any(iw < 3 for iw in a.oracle_iws):
             p.error("--oracle-iws: IWs of at least 3")
         return population.main(a)
+    if a.emulator:
+        from gearbox.tcpwise import emulate
+
+        a.out = a.out or Path("out/tcpwise-emulator")
+        if a.emulator_duration_s <= 0 or any(iw < 3 for iw in a.emulator_iws):
+            p.error("--emulator-duration-s must be positive and --emulator-iws at least 3")
+        figures = [f for f in a.figures.split(",") if f and f != "none"]
+        unknown = [f for f in figures if f not in FIGURES]
+        if unknown:
+            p.error(f"--figures: unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
+        conds = CONDITIONS if a.conditions == "all" else [BASE, *(FIGURES[f] for f in figures)]
+        simulator = None
+        if a.ground_truth is not None:
+            try:
+                simulator = json.loads(a.ground_truth.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                p.error(f"--ground-truth {a.ground_truth}: {e}")
+        result = emulate.run(conds, a.emulator_iws, a.emulator_duration_s, a.seed, a.out)
+        (a.out / "ground_truth_emulator.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        text = emulate.report(result, simulator)
+        (a.out / "ground_truth_emulator.md").write_text(text, encoding="utf-8")
+        if not a.quiet:
+            print(text)
+        return 0
     a.out = a.out or Path("out/tcpwise-eval")
     a.theta = a.theta if a.theta is not None else 60.0
     a.s_min = a.s_min if a.s_min is not None else 40
