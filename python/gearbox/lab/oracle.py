@@ -25,7 +25,8 @@ the gear uses TCP (its decisions say `why=no-schedule`).
 
 Time: phases are in seconds since the emulator started (the schedule's clock); the gear
 counts from its first request. The static runs' first send (the mean of the two, `t_s` as
-collect.py computes it) converts one into the other; on this machine it is ~0.1-0.3 s.
+collect.py computes it) converts one into the other; a scenario with a schedule starts its
+client at link time 1.5 s (`runner.CLIENT_AT_LINK_S`), so it is a little over 1.5 s.
 """
 
 from __future__ import annotations
