@@ -1,9 +1,10 @@
 //! A packet-level bottleneck in virtual time for the algorithms' unit tests.
 //!
-//! One sender (or several, sharing the bottleneck: [`run_flows`]) drives an [`Algorithm`] the way quinn does (window limit, pacing at
+//! One sender drives an [`Algorithm`] the way quinn does (window limit, pacing at
 //! 1.25 × window / sRTT as quinn 0.11's pacer, RFC 9002 smoothed RTT, packet-threshold
 //! loss detection), through one drop-tail FIFO of a fixed rate with optional random
-//! loss, and one ACK per packet after a fixed propagation delay. It tests an
+//! loss, and one ACK per packet after a fixed propagation delay; [`run_flows`] puts
+//! several senders through the same FIFO, for fairness. It tests an
 //! algorithm's own logic in isolation in milliseconds; the suite's end-to-end checks
 //! run real QUIC in the simulator and the emulator (docs/cc.md).
 
