@@ -19,9 +19,8 @@
 //!   the opposite (as PCC's own implementation does), so that an effect of an MI's
 //!   place cannot make the pairs agree; each connection draws its own orders, so
 //!   competing flows do not probe in step. When both pairs agree on the better
-//!   direction, the gradient
-//!   `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ` from the better probe's
-//!   rate. Pairs that disagree are probed again.
+//!   direction, the gradient `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ`
+//!   from the better probe's rate. Pairs that disagree are probed again.
 //! - **Moving** (§4.2): the rate then keeps stepping that way, one step per MI scored at
 //!   the new rate, the gradient re-estimated from the last two steps' utilities, while
 //!   the utility keeps improving; when it does not, back to the better of the two rates
@@ -87,7 +86,8 @@ pub struct VivaceConfig {
     /// (0.01): RTT noise of a fraction of a millisecond inside one MI would otherwise
     /// swing the latency term (b = 900) by more than the throughput term.
     pub rtt_gradient_tolerance: f64,
-    /// Seed of the probing order.
+    /// Seed of the probing order, mixed with each connection's first RTT sample (so that
+    /// competing connections draw different orders).
     pub seed: u64,
 }
 
