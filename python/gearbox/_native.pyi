@@ -177,6 +177,10 @@ class SimSession:
     def now_s(self) -> float: ...
     @property
     def finished(self) -> bool: ...
+    @property
+    def unfinished(self) -> int:
+        """Requests of the workload not done (yet; once finished, those the virtual-time limit
+        cut off, which have no record)."""
     def monitor(self) -> list[dict[str, Any]]:
         """Each live connection's monitor over the period since the previous call (Floo Table 2),
         with the Floo Monitor's normalised state in `features` (`floo_feature_names()` order)."""

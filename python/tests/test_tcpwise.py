@@ -144,6 +144,53 @@ def test_fast_start_set_picks_the_best_of_five_and_probes_beside_it():
     assert not d.moved
 
 
+GUARD = LearnConfig(loss_guard=True)
+
+
+def losses(values: dict[int, float], n: int = 100) -> dict[int, list[int]]:
+    """n responses per IW whose lost packets average values[iw] (whole numbers, spread 0..2x)."""
+    return {iw: [round(v * 2 * i / (n - 1)) for i in range(n)] for iw, v in values.items()}
+
+
+def test_the_loss_guard_keeps_a_larger_iw_whose_extra_packets_are_lost_from_winning():
+    # IW 15 is faster by p80 but loses 4 more packets per response than IW 10: more than half of
+    # its 5 extra packets. IW 10 wins and the set moves down.
+    d = decision_making((10, 15), lat({10: 200.0, 15: 150.0}), GUARD, losses({10: 1.0, 15: 5.0}))
+    assert d.best == 10 and d.iw_set == (10, 5), d.reason
+    assert "loss guard: IW 15 lost 5.0 packets per response against IW 10's 1.0" in d.reason
+    # 2 more per response (< 0.5 x 5): the seed's rule stands.
+    d = decision_making((10, 15), lat({10: 200.0, 15: 150.0}), GUARD, losses({10: 1.0, 15: 3.0}))
+    assert d.best == 15 and d.iw_set == (15, 20) and "guard" not in d.reason
+    # Off (the default: Algorithm 1 exactly), or without loss reports (or too few): the seed's rule.
+    assert decision_making((10, 15), lat({10: 200.0, 15: 150.0}), CFG, losses({10: 1.0, 15: 5.0})).best == 15
+    assert decision_making((10, 15), lat({10: 200.0, 15: 150.0}), GUARD).best == 15
+    few = {10: [0] * 100, 15: [9] * 99}
+    assert decision_making((10, 15), lat({10: 200.0, 15: 150.0}), GUARD, few).best == 15
+
+
+def test_the_loss_guard_in_a_larger_set_passes_the_win_to_the_best_iw_it_allows():
+    p80 = lat({10: 300.0, 15: 250.0, 20: 220.0, 25: 210.0, 30: 200.0})
+    # 30 and 25 lose their extra packets against 20 (and 10); 20 loses 1.0 more than 10 (< 0.5 x 10).
+    d = decision_making((10, 15, 20, 25, 30), p80, GUARD, losses({10: 0.0, 15: 0.5, 20: 1.0, 25: 6.0, 30: 12.0}))
+    assert d.best == 20 and d.iw_set == (20, 15), d.reason
+    assert "loss guard: IW 30" in d.reason
+
+
+def test_the_learner_feeds_the_reported_losses_to_the_guard(tmp_path: Path):
+    recs = []
+    for iw, latency, lost in [(10, 200.0, 0), (15, 150.0, 6)]:
+        for r in ab_records("10.1.2.0/24", [10, 15], {10: latency, 15: latency}, 100):
+            if r["iw"]["iw"] == iw:
+                r["transport"] = {"rtt_ms": 20.0, "retransmits": lost}
+                recs.append(r)
+    start = table(ClusterEntry("10.1.2.0/24", (10, 15), hour=13))
+    result = learn(start, samples_for(tmp_path, recs), GUARD, T0)
+    entry = next(e for e in result.table.entries if e.prefix == "10.1.2.0/24")
+    assert entry.iw == (10, 5) and "loss guard" in entry.reason, entry.reason
+    result = learn(start, samples_for(tmp_path, recs), CFG, T0)
+    assert next(e for e in result.table.entries if e.prefix == "10.1.2.0/24").iw == (15, 20)
+
+
 # --- The learner over tables and records ------------------------------------------------------------
 
 
@@ -425,6 +472,12 @@ def test_config_comes_from_a_tcpwise_table_and_refuses_unknown_keys(tmp_path: Pa
         load_config(path)
     path.write_text("[tcpwise]\ncap = 2000\n")
     with pytest.raises(ConfigError, match="cap 2000"):
+        load_config(path)
+    assert (CFG.loss_guard, CFG.loss_guard_share) == (False, 0.5)
+    path.write_text("[tcpwise]\nloss_guard = true\nloss_guard_share = 0.25\n")
+    assert (load_config(path).loss_guard, load_config(path).loss_guard_share) == (True, 0.25)
+    path.write_text("[tcpwise]\nloss_guard_share = 0\n")
+    with pytest.raises(ConfigError, match="loss_guard_share 0.0 is outside"):
         load_config(path)
 
 

@@ -30,7 +30,8 @@ def _setup(paths: list[PrefixPath], intervals: int = 2) -> Setup:
 
 def test_riptide_gives_a_fat_long_path_a_larger_window_than_a_thin_one() -> None:
     paths = [PrefixPath(0, 0.5, 40.0, 0.0, 2.0), PrefixPath(1, 50.0, 200.0, 0.0, 2.0)]
-    responses, iws = population.run_riptide(_setup(paths))
+    measured, iws = population.run_riptide(_setup(paths))
+    responses = measured.responses
     assert responses and {r.prefix for r in responses} == {0, 1}
     # The second interval ran on the windows the first one's connections ended with.
     assert set(iws) == {0, 1}
@@ -38,7 +39,7 @@ def test_riptide_gives_a_fat_long_path_a_larger_window_than_a_thin_one() -> None
     assert {r.iw for r in responses if r.prefix == 0} != {10} or iws[0] == 10
 
 
-def test_a_tiny_population_evaluation_compares_the_four_policies(tmp_path: Path) -> None:
+def test_a_tiny_population_evaluation_compares_the_five_policies(tmp_path: Path) -> None:
     out = tmp_path / "pop"
     code = evaluate.main(
         [
@@ -64,10 +65,12 @@ def test_a_tiny_population_evaluation_compares_the_four_policies(tmp_path: Path)
     )
     assert code == 0
     summary = json.loads((out / "population.json").read_text())
-    assert set(summary["overall"]) == {"iw10", "riptide", "tcpwise", "oracle"}
-    # The same requests under every policy in the measured interval.
-    counts = {name: s["responses"] for name, s in summary["overall"].items()}
-    assert counts["iw10"] > 20 and len(set(counts.values())) == 1, counts
+    assert set(summary["overall"]) == {"iw10", "riptide", "tcpwise", "tcpwise_guard", "oracle"}
+    # The same requests under every policy in the measured interval: answered, or cut off by
+    # the time limit (a thin prefix at 2 requests/s can queue past it).
+    counts = {name: s["responses"] + (s["unfinished"] or 0) for name, s in summary["overall"].items()}
+    learned = {c for name, c in counts.items() if name != "oracle"}
+    assert counts["iw10"] > 20 and len(learned) == 1 and counts["oracle"] <= counts["iw10"], counts
     rows = summary["per_prefix"]
     assert [r["index"] for r in rows] == [0, 1, 2, 3]
     for r in rows:

@@ -51,6 +51,42 @@ pub struct IwDraw {
     pub applied: bool,
 }
 
+/// A BPF program's run-time statistics as the kernel keeps them
+/// (`bpf_prog_info.run_cnt` and `run_time_ns`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Times the program ran.
+    pub runs: u64,
+    /// Time spent in it in all, nanoseconds.
+    pub run_time_ns: u64,
+}
+
+/// The kernel's BPF run-time statistics, on for as long as this value lives
+/// (`BPF_ENABLE_STATS` with `BPF_STATS_RUN_TIME`: every program run is timed, which costs
+/// a little, so the kernel keeps it off by default). Needs root.
+#[derive(Debug)]
+pub struct BpfStats {
+    _fd: std::os::fd::OwnedFd,
+}
+
+impl BpfStats {
+    /// Turns the statistics on.
+    pub fn enable() -> Result<BpfStats, BpfError> {
+        check_environment()?;
+        // SAFETY: a plain syscall wrapper; the returned descriptor is ours to own.
+        let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+        if fd < 0 {
+            return Err(BpfError::Environment {
+                what: "turning BPF run-time statistics on (BPF_ENABLE_STATS)",
+                message: std::io::Error::from_raw_os_error(-fd).to_string(),
+            });
+        }
+        // SAFETY: `fd` is a descriptor the kernel just opened for us.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(BpfStats { _fd: fd })
+    }
+}
+
 /// The loaded and attached program.
 pub struct IwProgram {
     object: libbpf_rs::Object,
@@ -117,6 +153,37 @@ impl IwProgram {
             .maps()
             .find(|m| m.name() == name)
             .ok_or_else(|| not_found("a TCP WISE map"))
+    }
+
+    /// The kernel's run-time statistics of the program so far: how often it ran and for
+    /// how long in all. The kernel counts only while statistics are on ([`BpfStats`]).
+    pub fn run_stats(&self) -> Result<RunStats, BpfError> {
+        let prog = self
+            .object
+            .progs()
+            .find(|p| p.name() == "gearbox_iw")
+            .ok_or_else(|| not_found("the gearbox_iw program"))?;
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: `info` is a `bpf_prog_info` of `len` bytes that the kernel fills; every
+        // pointer field in it is zero, so the kernel writes no arrays.
+        let rc = unsafe {
+            libbpf_sys::bpf_obj_get_info_by_fd(
+                prog.as_fd().as_raw_fd(),
+                (&mut info as *mut libbpf_sys::bpf_prog_info).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(BpfError::Environment {
+                what: "reading the TCP WISE program's statistics (BPF_OBJ_GET_INFO_BY_FD)",
+                message: std::io::Error::from_raw_os_error(-rc).to_string(),
+            });
+        }
+        Ok(RunStats {
+            runs: info.run_cnt,
+            run_time_ns: info.run_time_ns,
+        })
     }
 
     /// Makes the kernel's maps hold exactly `entries` (at most one without a prefix).

@@ -5,7 +5,7 @@
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 
-use gearbox_bpf::iw::{IwEntry, IwProgram};
+use gearbox_bpf::iw::{BpfStats, IwEntry, IwProgram};
 
 /// The sender's congestion window, packets (TCP_INFO).
 fn snd_cwnd(s: &TcpStream) -> u32 {
@@ -122,4 +122,23 @@ fn passive_connections_get_the_initial_window_of_their_prefix() {
     let (s, _) = other.accept().unwrap();
     assert!(program.take_draw(&s).is_none());
     assert_eq!(snd_cwnd(&s), 10);
+}
+
+/// `gearbox bench tcpwise` reads the program's cost from the kernel's statistics: with
+/// them on, every connection runs the program (its passive side at least once) and adds
+/// to its run time.
+#[test]
+fn the_kernel_times_the_program_while_statistics_are_on() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let program = IwProgram::attach(&listener, port).expect("attaching the sock_ops program (needs root)");
+    let _on = BpfStats::enable().expect("BPF_ENABLE_STATS (needs root)");
+    let before = program.run_stats().unwrap();
+    for _ in 0..3 {
+        let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _s = listener.accept().unwrap();
+    }
+    let after = program.run_stats().unwrap();
+    assert!(after.runs >= before.runs + 3, "{before:?} -> {after:?}");
+    assert!(after.run_time_ns > before.run_time_ns, "{before:?} -> {after:?}");
 }

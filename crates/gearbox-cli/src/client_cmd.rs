@@ -165,8 +165,8 @@ pub struct ConnArgs {
     #[arg(long, value_name = "S", default_value_t = 60.0)]
     pub timeout_s: f64,
     /// No QUIC handshake is given up and no QUIC connection declared silent sooner than
-    /// this, seconds (default: the client's 1 s, and 2 s for a first handshake to an origin
-    /// of unknown RTT). A first handshake over a 300 ms path with 3% loss can need more.
+    /// this, seconds (default: the client's 1 s, and 2 s for a handshake, two of QUIC's
+    /// initial probe timeouts). A first handshake over a 300 ms path with 3% loss can need more.
     #[arg(long, value_name = "S")]
     pub quic_silence_floor_s: Option<f64>,
 }

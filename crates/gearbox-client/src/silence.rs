@@ -49,9 +49,13 @@
 //!
 //! A QUIC *handshake* has no statistics to watch (quinn gives none before it completes),
 //! so it is bounded by the same limit computed from the last RTT seen to the origin
-//! ([`handshake_grace`]), or by [`HANDSHAKE_GRACE_UNKNOWN_RTT`] without one: two of
+//! ([`handshake_grace`]), and never by less than [`HANDSHAKE_GRACE_FLOOR`]: two of
 //! quinn's initial PTOs (333 ms initial RTT, RFC 9002 §6.2.2), so one lost Initial is
-//! retransmitted and still answered in time.
+//! retransmitted and still answered in time. The floor holds even when the origin's RTT
+//! is known to be short: quinn's handshake retransmits on its initial RTT, not on ours,
+//! so its first retransmission comes ~1 s in whatever the path; a 1 s bound turned one
+//! Initial dropped by a full queue into a path taken out (seen in the emulator's
+//! multipath test, a 20 ms path whose queue other page loads were filling).
 //!
 //! [`SilenceClock`] is the rule as a sans-IO object (tested with invented time);
 //! [`SilenceWatch`] runs it for one connection in its own task.
@@ -73,8 +77,9 @@ pub const PTOS_FOR_SILENCE: u32 = 4;
 pub const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
 /// No connection is declared silent sooner than this.
 pub const SILENCE_FLOOR: Duration = Duration::from_secs(1);
-/// Bound on a QUIC handshake when no RTT to the origin is known.
-pub const HANDSHAKE_GRACE_UNKNOWN_RTT: Duration = Duration::from_secs(2);
+/// The shortest bound on a QUIC handshake, and the bound when no RTT to the origin is
+/// known: two of quinn's initial PTOs.
+pub const HANDSHAKE_GRACE_FLOOR: Duration = Duration::from_secs(2);
 /// How often a watched connection's statistics are read while requests are outstanding.
 pub const POLL: Duration = Duration::from_millis(25);
 
@@ -92,9 +97,10 @@ pub fn silent_after(srtt: Duration) -> Duration {
 }
 
 /// The bound on a QUIC handshake: [`silent_after`] of the last RTT seen to the origin,
-/// or [`HANDSHAKE_GRACE_UNKNOWN_RTT`].
+/// at least [`HANDSHAKE_GRACE_FLOOR`].
 pub fn handshake_grace(srtt: Option<Duration>) -> Duration {
-    srtt.map_or(HANDSHAKE_GRACE_UNKNOWN_RTT, silent_after)
+    srtt.map_or(HANDSHAKE_GRACE_FLOOR, silent_after)
+        .max(HANDSHAKE_GRACE_FLOOR)
 }
 
 /// The rule of the module doc over one connection's readings.
@@ -269,8 +275,11 @@ mod tests {
         assert_eq!(silent_after(ms(40)), SILENCE_FLOOR, "0.2 + 4 x 0.145 = 0.78 s < 1 s");
         assert_eq!(silent_after(ms(100)), ms(200 + 4 * 325));
         assert_eq!(silent_after(ms(200)), ms(200 + 4 * 625));
-        assert_eq!(handshake_grace(None), HANDSHAKE_GRACE_UNKNOWN_RTT);
-        assert_eq!(handshake_grace(Some(ms(100))), ms(1500));
+        assert_eq!(handshake_grace(None), HANDSHAKE_GRACE_FLOOR);
+        // A known short RTT does not shorten quinn's first Initial retransmission (~1 s).
+        assert_eq!(handshake_grace(Some(ms(20))), HANDSHAKE_GRACE_FLOOR);
+        assert_eq!(handshake_grace(Some(ms(100))), HANDSHAKE_GRACE_FLOOR);
+        assert_eq!(handshake_grace(Some(ms(200))), ms(200 + 4 * 625));
     }
 
     #[test]

@@ -20,6 +20,9 @@ fn measure(d: &Download) -> Measured {
     m
 }
 
+/// Every download runs with the edge's default `[limits]`, so the Cubic at 50 Mbit/s
+/// also shows that the default QUIC send window (`quic_send_window_bytes`) is no
+/// throughput bound on a 50 Mbit/s, 40 ms path.
 #[test]
 fn every_suite_controller_fills_a_10_and_a_50_mbit_bottleneck() {
     let _g = setup();
@@ -94,21 +97,22 @@ fn kernel_westwood_keeps_more_of_a_lossy_link_than_kernel_cubic() {
 }
 
 /// The edge's default per-connection buffers (`[limits]`, docs/edge.md "Memory") are
-/// memory bounds, and must not be throughput bounds on the lab's paths: one download at
-/// 50 Mbit/s, 40 ms, fills the bottleneck over HTTP/2 (kernel CUBIC, the edge's
-/// `h2_send_buffer_bytes`) and over HTTP/3 (our CUBIC, `quic_send_window_bytes`).
+/// memory bounds, and must not be throughput bounds on the lab's paths: one HTTP/2
+/// download at 50 Mbit/s, 40 ms (kernel CUBIC, the edge's `h2_send_buffer_bytes`) fills
+/// the bottleneck. HTTP/3's `quic_send_window_bytes` is checked by
+/// `every_suite_controller_fills_a_10_and_a_50_mbit_bottleneck`, whose Cubic at 50 Mbit/s
+/// is the same download over QUIC with the same default limits (it was run twice, once
+/// here, until CI's time ran short).
 #[test]
-fn the_default_send_buffers_fill_a_50_mbit_40_ms_path_on_both_transports() {
+fn the_default_h2_send_buffer_fills_a_50_mbit_40_ms_path() {
     let _g = setup();
-    let mut short = Vec::new();
-    for proto in ["tcp", "quic"] {
-        let m = measure(&Download {
-            proto,
-            ..Download::quic("cubic", 50.0, 40.0, 1.0)
-        });
-        if m.utilisation < 0.9 {
-            short.push(format!("{proto}: {:.3}", m.utilisation));
-        }
-    }
-    assert!(short.is_empty(), "utilisation below 90%: {short:?}");
+    let m = measure(&Download {
+        proto: "tcp",
+        ..Download::quic("cubic", 50.0, 40.0, 1.0)
+    });
+    assert!(
+        m.utilisation >= 0.9,
+        "HTTP/2 utilisation below 90%: {:.3}",
+        m.utilisation
+    );
 }

@@ -75,6 +75,13 @@ impl PySimSession {
         self.session.finished()
     }
 
+    /// Requests of the workload not done (yet; once finished, those the virtual-time limit
+    /// cut off, which have no record).
+    #[getter]
+    fn unfinished(&self) -> usize {
+        self.session.unfinished()
+    }
+
     /// Each live connection's monitor over the period since the previous call (a list of
     /// dicts; Floo Table 2), each with the Floo Monitor's normalised state: `features`
     /// (in `floo_feature_names()` order; None on quinn's built-ins) and `missing`, the

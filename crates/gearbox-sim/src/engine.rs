@@ -484,6 +484,12 @@ impl Session {
         self.sim.completed == self.sim.pending.len() || self.sim.now >= self.limit
     }
 
+    /// Requests of the workload not done (yet; once finished, those the virtual-time limit
+    /// cut off, which have no record).
+    pub fn unfinished(&self) -> usize {
+        self.sim.pending.len() - self.sim.completed
+    }
+
     /// Runs `dt` of simulated time (less at the limit, or when every request is done).
     /// Returns [`Session::finished`].
     pub fn advance(&mut self, dt: Duration) -> Result<bool, SimError> {

@@ -15,6 +15,15 @@ by Δ, otherwise both down by Δ. The sample test is per IW (§IV-C3: "for each 
 responses sample number must [be] larger than S_min"). The returned set keeps Algorithm 1's
 order, the winner X first (α, the control) and the probe second (β).
 
+The loss guard, gearbox's and off by default (`LearnConfig.loss_guard`, docs/tcpwise.md "The
+loss guard"): when
+the responses carry their lost packets, an IW is not the winner over a smaller IW Y of the set
+if it lost, per response, more than `loss_guard_share` × (IW − Y) packets more than Y did; the
+least p80 among the IWs left wins. On a path whose bottleneck holds a few packets, the larger
+IW of an A/B pair finishes sooner by taking the shared queue from its neighbours, and the
+seed's comparison then climbs while every connection of the cluster slows down; the extra
+packets it loses are the sign that the path cannot hold them.
+
 Bounds, gearbox's: the probe stays in [min_iw, cap]. When X ± Δ leaves it, the probe is the
 bound itself, and when X already sits on the bound the probe is the only neighbour left, on the
 other side (X = 3 wins: the set is (3, 8), not (3, 3), so the A/B test goes on and notices
@@ -64,11 +73,37 @@ def probe_for(winner: int, largest: bool, config: LearnConfig) -> int:
     return probe
 
 
+def _mean_losses(
+    iws: Sequence[int], lost_packets: Mapping[int, Sequence[int]] | None, config: LearnConfig
+) -> dict[int, float]:
+    """Mean lost packets per response of each IW that has S_min responses reporting them."""
+    if not lost_packets:
+        return {}
+    return {
+        iw: sum(lost_packets[iw]) / len(lost_packets[iw]) for iw in iws if len(lost_packets.get(iw, ())) >= config.s_min
+    }
+
+
+def _excess_loss(iw: int, iws: Sequence[int], lost: Mapping[int, float], config: LearnConfig) -> int | None:
+    """The smaller IW of the set that `iw` lost too many more packets than (the loss guard),
+    or None when there is none (the smallest IW never has one)."""
+    if iw not in lost:
+        return None
+    for y in iws:
+        if y < iw and y in lost and lost[iw] - lost[y] > config.loss_guard_share * (iw - y):
+            return y
+    return None
+
+
 def decision_making(
-    iw_set: Sequence[int], latencies_ms: Mapping[int, Sequence[float]], config: LearnConfig
+    iw_set: Sequence[int],
+    latencies_ms: Mapping[int, Sequence[float]],
+    config: LearnConfig,
+    lost_packets: Mapping[int, Sequence[int]] | None = None,
 ) -> Decision:
     """Algorithm 1's DecisionMaking: the set for the next interval from this interval's
-    latencies of each IW of `iw_set` (§IV-C3)."""
+    latencies of each IW of `iw_set` (§IV-C3); `lost_packets`, each response's lost packets
+    per IW where the stack reported them, feed the loss guard (module doc)."""
     iws = sorted(set(iw_set))
     counts = {iw: len(latencies_ms.get(iw, ())) for iw in iws}
     n = "/".join(str(counts[iw]) for iw in iws)
@@ -81,7 +116,10 @@ def decision_making(
             tuple(iw_set), False, None, f"keep: {few} < S_min {config.s_min} samples, collecting more", counts, {}
         )
     p = {iw: percentile(latencies_ms[iw], config.percentile) for iw in iws}
-    winner = min(iws, key=lambda iw: (p[iw], iw))
+    by_p = sorted(iws, key=lambda iw: (p[iw], iw))
+    lost = _mean_losses(iws, lost_packets, config) if config.loss_guard else {}
+    guarded = [(iw, _excess_loss(iw, iws, lost, config)) for iw in by_p]
+    winner = next(iw for iw, worse_than in guarded if worse_than is None)
     largest = winner == iws[-1]
     probe = probe_for(winner, largest, config)
     new_set = (winner, probe)
@@ -90,6 +128,14 @@ def decision_making(
     tie = [iw for iw in others if p[iw] == p[winner]]
     rivals = ", ".join(f"IW {iw} {_ms(p[iw])}" for iw in others)
     head = f"IW {winner} {pname} {_ms(p[winner])} {'= (smallest of a tie)' if tie else '<'} {rivals} (n = {n})"
+    if winner != by_p[0]:
+        lead = by_p[0]
+        y = next(w for iw, w in guarded if iw == lead)
+        head = (
+            f"IW {lead} {pname} {_ms(p[lead])} is least, but loss guard: IW {lead} lost {lost[lead]:.1f} packets per"
+            f" response against IW {y}'s {lost[y]:.1f}, more than {config.loss_guard_share:g} × the {lead - y} extra;"
+            f" IW {winner} wins ({', '.join(f'IW {iw} {_ms(p[iw])}' for iw in iws)}, n = {n})"
+        )
     wanted = winner + config.delta if largest else winner - config.delta
     if probe == wanted:
         step = f"move {'up' if largest else 'down'} by {config.delta}"

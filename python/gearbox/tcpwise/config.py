@@ -54,6 +54,15 @@ class LearnConfig:
     per_hour: bool = True
     """Learn each cluster per hour of the day (§IV-C3: "we also learn the best IW in 24 hours
     individually"); off: hour-less entries stay hour-less."""
+    loss_guard: bool = False
+    """gearbox's guard, not the seed's, off by default so that the learner is Algorithm 1
+    exactly (docs/tcpwise.md "The loss guard"): an IW does not win
+    over a smaller IW of its set when its responses lost more packets than the smaller's by more
+    than `loss_guard_share` of the extra window. A larger IW's A/B win on a thin path is taken
+    from its neighbours on the shared bottleneck; its extra packets, mostly dropped, show it."""
+    loss_guard_share: float = 0.5
+    """The guard's bound: the mean extra lost packets per response, as a share of the extra
+    initial window (0.5: a larger IW stops winning once half of what it adds is lost)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -76,6 +85,8 @@ class LearnConfig:
             problems.append(
                 f"fast_start_set {list(self.fast_start_set)} needs two or more IWs in [min_iw, cap {self.cap}]"
             )
+        if not 0 < self.loss_guard_share <= 10:
+            problems.append(f"loss_guard_share {self.loss_guard_share} is outside (0, 10]")
         if not 8 <= self.prefix_v4 <= 32 or not 16 <= self.prefix_v6 <= 128:
             problems.append(f"prefix_v4 {self.prefix_v4} / prefix_v6 {self.prefix_v6} outside [8, 32] / [16, 128]")
         if problems:

@@ -276,7 +276,8 @@ def _samples(records: list[dict[str, Any]], offset_ms: float = 0.0) -> list[IwSa
                 latency_ms=lat,
                 client_addr=r.get("local_addr"),
                 rtt_ms=(r.get("transport") or {}).get("rtt_ms"),
-                retransmits=(r.get("transport") or {}).get("lost_packets"),
+                # The server's losses, as the edge's own record gives them to the learner.
+                retransmits=(r.get("server_transport") or r.get("transport") or {}).get("lost_packets"),
             )
         )
     return out
@@ -450,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
+        "--loss-guard",
+        action="store_true",
+        help="the convergence runs' learner with gearbox's loss guard (default: Algorithm 1 exactly)",
+    )
+    p.add_argument(
         "--ground-truth",
         type=Path,
         default=None,
@@ -457,6 +463,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--jobs", type=int, default=1, help="ground-truth simulations in parallel (processes)")
     p.add_argument("--quiet", action="store_true")
+    emu = p.add_argument_group(
+        "ground truth on kernel TCP in the emulator (root; python/gearbox/tcpwise/emulate.py)",
+        "--emulator sweeps IWs over HTTP/2 on the edge's BPF program instead of the simulator",
+    )
+    emu.add_argument("--emulator", action="store_true", help="the ground truth of the conditions on kernel TCP")
+    emu.add_argument(
+        "--emulator-iws", type=parse_iws, default=parse_iws("5,10,20,30,40,50,70,100"), help="IWs of the sweep"
+    )
+    emu.add_argument("--emulator-duration-s", type=float, default=60.0, help="seconds of requests per IW")
     pop = p.add_argument_group(
         "population (§V-B; python/gearbox/tcpwise/population.py)",
         "--population runs TCP WISE's online evaluation over a population of client /24s instead of the testbed's",
@@ -484,6 +499,30 @@ def main(argv: list[str] | None = None) -> int:
         if any(iw < 3 for iw in a.oracle_iws):
             p.error("--oracle-iws: IWs of at least 3")
         return population.main(a)
+    if a.emulator:
+        from gearbox.tcpwise import emulate
+
+        a.out = a.out or Path("out/tcpwise-emulator")
+        if a.emulator_duration_s <= 0 or any(iw < 3 for iw in a.emulator_iws):
+            p.error("--emulator-duration-s must be positive and --emulator-iws at least 3")
+        figures = [f for f in a.figures.split(",") if f and f != "none"]
+        unknown = [f for f in figures if f not in FIGURES]
+        if unknown:
+            p.error(f"--figures: unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
+        conds = CONDITIONS if a.conditions == "all" else [BASE, *(FIGURES[f] for f in figures)]
+        simulator = None
+        if a.ground_truth is not None:
+            try:
+                simulator = json.loads(a.ground_truth.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                p.error(f"--ground-truth {a.ground_truth}: {e}")
+        result = emulate.run(conds, a.emulator_iws, a.emulator_duration_s, a.seed, a.out)
+        (a.out / "ground_truth_emulator.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        text = emulate.report(result, simulator)
+        (a.out / "ground_truth_emulator.md").write_text(text, encoding="utf-8")
+        if not a.quiet:
+            print(text)
+        return 0
     a.out = a.out or Path("out/tcpwise-eval")
     a.theta = a.theta if a.theta is not None else 60.0
     a.s_min = a.s_min if a.s_min is not None else 40
@@ -499,7 +538,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--figures: unknown figure {f!r}; valid: {', '.join(FIGURES)}")
     if a.reps < 1 or a.gt_seconds <= 0 or a.theta <= 0:
         p.error("--reps, --gt-seconds and --theta must be positive")
-    config = LearnConfig(delta=a.delta, s_min=a.s_min, theta_s=a.theta, initial_alpha=a.initial_alpha, per_hour=False)
+    config = LearnConfig(
+        delta=a.delta,
+        s_min=a.s_min,
+        theta_s=a.theta,
+        initial_alpha=a.initial_alpha,
+        per_hour=False,
+        loss_guard=a.loss_guard,
+    )
     a.out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(a.out)
     started = time.perf_counter()

@@ -87,6 +87,15 @@ def _latencies(samples: list[IwSample]) -> dict[int, list[float]]:
     return out
 
 
+def _losses(samples: list[IwSample]) -> dict[int, list[int]]:
+    """Each IW's lost packets per response, of the samples that report them (the loss guard)."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for s in samples:
+        if s.retransmits is not None:
+            out[s.iw].append(s.retransmits)
+    return out
+
+
 def _part_key(entry: ClusterEntry, s: IwSample, config: LearnConfig) -> Key | None:
     """The (cluster, hour) a sample of `entry` belongs to; None when it has no finer cluster."""
     hour = s.hour if (entry.hour is None and config.per_hour) else entry.hour
@@ -129,7 +138,7 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
             if part is None or part == entry.key or part in index or not enough or len(set(entry.iw)) == 1:
                 pooled.extend(part_samples)
                 continue
-            d = decision_making(entry.iw, lat, config)
+            d = decision_making(entry.iw, lat, config, _losses(part_samples))
             origin = "cluster" if entry.prefix == OTHERS else "hour"
             new = ClusterEntry(
                 prefix=part[0],
@@ -143,7 +152,7 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
             new_entries.append(new)
             result.decisions[new.key] = d
         iw_set, clamp_note = _bounded(entry, config)
-        d = decision_making(iw_set, _latencies(pooled), config)
+        d = decision_making(iw_set, _latencies(pooled), config, _losses(pooled))
         if len(pooled) < len(own):
             note = f"{len(own) - len(pooled)} samples went to entries of their own; pooled rest: "
             d = Decision(d.iw_set, d.moved, d.best, note + d.reason, d.counts, d.p80_ms)

@@ -40,6 +40,8 @@ measured.
 - `tcpwise`: the learner as `gearbox learn tcpwise` runs it (Algorithm 1; the fast start of
   §V-B3, (10, 15, 20, 25, 30); `per_hour = false`), fed each interval's records, its table
   applied by the edge's own QUIC gear in the simulator (`SimSession.set_cwnd_table`).
+- `tcpwise_guard`: the same learner with gearbox's loss guard (`LearnConfig.loss_guard`,
+  docs/tcpwise.md "The loss guard").
 - `oracle`: per prefix, the IW of `--oracle-iws` with the least p80 over the measured
   intervals, each IW run on the same requests (hindsight: chosen on the data it is scored on).
   Prefixes have their own links, so a prefix's responses under one IW do not depend on the
@@ -62,7 +64,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,7 @@ PACKET_BYTES = 1200
 SEARCH_MEAN_GAP_S = 0.610
 """Mean gap between `search` requests at time scale 1 (workloads/search.toml)."""
 CLASSES = ("small", "medium", "large")
-POLICIES = ("iw10", "riptide", "tcpwise", "oracle")
+POLICIES = ("iw10", "riptide", "tcpwise", "tcpwise_guard", "oracle")
 
 
 @dataclass(frozen=True)
@@ -193,13 +195,21 @@ def _responses(records: list[dict[str, Any]], fixed_iw: int | None) -> list[Resp
     return out
 
 
-def _simulate(config: str, name: str, table: str | None = None, seed: int = 0) -> list[dict[str, Any]]:
+@dataclass
+class Run:
+    """One simulation's records, and how many of its requests the time limit cut off."""
+
+    records: list[dict[str, Any]]
+    unfinished: int
+
+
+def _simulate(config: str, name: str, table: str | None = None, seed: int = 0) -> Run:
     session = SimSession(config, name=name)
     if table is not None:
         session.set_cwnd_table(table, seed=seed, name=f"{name} table")
     while not session.advance(60.0):
         pass
-    return list(session.take_records())
+    return Run(list(session.take_records()), session.unfinished)
 
 
 @dataclass(frozen=True)
@@ -225,11 +235,24 @@ class Setup:
         return range(self.intervals - self.eval_intervals + 1, self.intervals + 1)
 
 
-def run_fixed(setup: Setup, iw: int) -> list[Response]:
+@dataclass
+class Measured:
+    """A policy's responses in the measured intervals, and its requests the simulations' time
+    limit cut off there (no record: not in the percentiles, reported beside them)."""
+
+    responses: list[Response] = field(default_factory=list)
+    unfinished: int = 0
+
+    def add(self, run: Run, fixed_iw: int | None) -> None:
+        self.responses += _responses(run.records, fixed_iw)
+        self.unfinished += run.unfinished
+
+
+def run_fixed(setup: Setup, iw: int) -> Measured:
     """The measured intervals with every connection at `iw`."""
-    out: list[Response] = []
+    out = Measured()
     for i in setup.measured:
-        out += _responses(_simulate(setup.config(i, iw), f"IW {iw} #{i}"), iw)
+        out.add(_simulate(setup.config(i, iw), f"IW {iw} #{i}"), iw)
     return out
 
 
@@ -237,21 +260,21 @@ def _table(version: int, entries: list[ClusterEntry], cap: int) -> CwndTable:
     return CwndTable(version=version, cap=cap, created_unix_ms=0, entries=entries)
 
 
-def run_riptide(setup: Setup) -> tuple[list[Response], dict[int, int]]:
+def run_riptide(setup: Setup) -> tuple[Measured, dict[int, int]]:
     """Riptide-style: each prefix's IW is the mean window its previous interval's connections
     ended with (module doc). Returns the measured responses and the last IW per prefix."""
     cap, low = setup.learn.cap, setup.learn.min_iw
     iws: dict[int, int] = {}
-    out: list[Response] = []
+    out = Measured()
     for i in range(1, setup.intervals + 1):
         entries = [ClusterEntry(setup.paths[p].prefix, (iw, iw)) for p, iw in sorted(iws.items())]
         entries.append(ClusterEntry(OTHERS, (10, 10)))
         table = dumps_table(_table(i, entries, cap))
-        records = _simulate(setup.config(i), f"riptide #{i}", table, setup.interval_seed(i))
+        run = _simulate(setup.config(i), f"riptide #{i}", table, setup.interval_seed(i))
         if i in setup.measured:
-            out += _responses(records, None)
+            out.add(run, None)
         cwnds: dict[int, list[float]] = defaultdict(list)
-        for r in records:
+        for r in run.records:
             st = r.get("server_transport")
             if st and r.get("error") is None:
                 cwnds[prefix_index(r)].append(st["cwnd_bytes"] / PACKET_BYTES)
@@ -260,20 +283,20 @@ def run_riptide(setup: Setup) -> tuple[list[Response], dict[int, int]]:
     return out, iws
 
 
-def run_tcpwise(setup: Setup) -> tuple[list[Response], dict[int, int], list[dict[str, Any]]]:
+def run_tcpwise(setup: Setup) -> tuple[Measured, dict[int, int], list[dict[str, Any]]]:
     """The online learner, interval by interval. Returns the measured responses, each prefix's
     α (the learner's current best) at the end, and one line per interval."""
     cfg = setup.learn
     startup = ClusterEntry(OTHERS, cfg.startup_set, None, 1.0 / len(cfg.startup_set), None, "startup")
     table = _table(1, [startup], cfg.cap)
     carry: list[IwSample] = []
-    out: list[Response] = []
+    out = Measured()
     log: list[dict[str, Any]] = []
     for i in range(1, setup.intervals + 1):
-        records = _simulate(setup.config(i), f"tcpwise #{i}", dumps_table(table, cfg.max_set), setup.interval_seed(i))
+        run = _simulate(setup.config(i), f"tcpwise #{i}", dumps_table(table, cfg.max_set), setup.interval_seed(i))
         if i in setup.measured:
-            out += _responses(records, None)
-        samples = _samples(records, offset_ms=(i - 1) * setup.theta_s * 1e3)
+            out.add(run, None)
+        samples = _samples(run.records, offset_ms=(i - 1) * setup.theta_s * 1e3)
         lat = [s.latency_ms for s in samples]
         result = learn(table, carry + samples, cfg, now_unix_ms=int(i * setup.theta_s * 1e3))
         carry, table = result.carry, result.table
@@ -300,6 +323,8 @@ def _task(args: tuple[str, Setup, int]) -> Any:
         return run_fixed(setup, iw)
     if kind == "riptide":
         return run_riptide(setup)
+    if kind == "tcpwise_guard":
+        return run_tcpwise(replace(setup, learn=replace(setup.learn, loss_guard=True)))
     return run_tcpwise(setup)
 
 
@@ -320,7 +345,12 @@ def _stats(rs: list[Response]) -> dict[str, Any]:
 def evaluate(setup: Setup, oracle_iws: Sequence[int], jobs: int = 1, progress: bool = False) -> dict[str, Any]:
     """Every policy over the setup; the summary (Tables I-II, Fig. 11, per prefix)."""
     iws = sorted(set(oracle_iws) | {10})
-    tasks = [("tcpwise", setup, 0), ("riptide", setup, 0), *(("fixed", setup, iw) for iw in iws)]
+    tasks = [
+        ("tcpwise", setup, 0),
+        ("tcpwise_guard", setup, 0),
+        ("riptide", setup, 0),
+        *(("fixed", setup, iw) for iw in iws),
+    ]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_task, tasks))
@@ -330,26 +360,41 @@ def evaluate(setup: Setup, oracle_iws: Sequence[int], jobs: int = 1, progress: b
             results.append(_task(t))
             if progress:
                 print(f"{PROG}: {t[0]} {t[2] or ''} done", file=sys.stderr)
-    (tw, tw_iws, tw_log), (rp, rp_iws) = results[0], results[1]
-    fixed: dict[int, list[Response]] = dict(zip(iws, results[2:], strict=True))
+    (tw, tw_iws, tw_log), (tg, tg_iws, _), (rp, rp_iws) = results[0], results[1], results[2]
+    fixed: dict[int, Measured] = dict(zip(iws, results[3:], strict=True))
     # The hindsight oracle: per prefix, the smallest IW of least p80 over the measured intervals.
     oracle: list[Response] = []
     oracle_iw: dict[int, int] = {}
     for p in setup.paths:
         best = None
         for iw in iws:
-            lat = [r.latency_ms for r in fixed[iw] if r.prefix == p.index]
+            lat = [r.latency_ms for r in fixed[iw].responses if r.prefix == p.index]
             if lat and (best is None or percentile(lat, 80) < best[0]):
                 best = (percentile(lat, 80), iw)
         if best is not None:
             oracle_iw[p.index] = best[1]
-            oracle += [r for r in fixed[best[1]] if r.prefix == p.index]
-    by_policy = {"iw10": fixed[10], "riptide": rp, "tcpwise": tw, "oracle": oracle}
-    final_iw = {"iw10": {p.index: 10 for p in setup.paths}, "riptide": rp_iws, "tcpwise": tw_iws, "oracle": oracle_iw}
+            oracle += [r for r in fixed[best[1]].responses if r.prefix == p.index]
+    by_policy = {
+        "iw10": fixed[10].responses,
+        "riptide": rp.responses,
+        "tcpwise": tw.responses,
+        "tcpwise_guard": tg.responses,
+        "oracle": oracle,
+    }
+    # The oracle's cut-off requests cannot be told apart by prefix (they have no record).
+    unfinished = {"iw10": fixed[10].unfinished, "riptide": rp.unfinished, "tcpwise": tw.unfinished}
+    unfinished |= {"tcpwise_guard": tg.unfinished, "oracle": None}
+    final_iw = {
+        "iw10": {p.index: 10 for p in setup.paths},
+        "riptide": rp_iws,
+        "tcpwise": tw_iws,
+        "tcpwise_guard": tg_iws,
+        "oracle": oracle_iw,
+    }
     cls = {p.index: p.cls for p in setup.paths}
     summary: dict[str, Any] = {"overall": {}, "by_class": {}, "per_prefix": [], "iw_distribution": {}}
     for name, rs in by_policy.items():
-        summary["overall"][name] = _stats(rs)
+        summary["overall"][name] = {**_stats(rs), "unfinished": unfinished[name]}
         summary["by_class"][name] = {c: _stats([r for r in rs if cls[r.prefix] == c]) for c in CLASSES}
         hist: dict[int, int] = defaultdict(int)
         for p in setup.paths:
@@ -390,6 +435,10 @@ def report(summary: dict[str, Any], parameters: dict[str, Any]) -> str:
         d = summary["vs_iw10"][name].get("p80_ms")
         cells = [s[k] for k in ("mean_ms", "p10_ms", "p20_ms", "p50_ms", "p80_ms", "p90_ms", "p99_ms")]
         lines.append(f"| {name} | {s['responses']} | " + " | ".join(f"{c:.0f}" for c in cells) + f" | {d:+.1f}% |")
+    cut = {n: summary["overall"][n].get("unfinished") for n in POLICIES}
+    if any(cut.values()):
+        lines += ["", "Requests the time limit cut off (no record, not in the percentiles): "]
+        lines[-1] += ", ".join(f"{n} {'?' if c is None else c}" for n, c in cut.items())
     lines += ["", "| policy | class (prefixes) | responses | p50 | p80 | p99 |", "|---|---|---:|---:|---:|---:|"]
     for name in POLICIES:
         for c in CLASSES:
@@ -405,7 +454,7 @@ def report(summary: dict[str, Any], parameters: dict[str, Any]) -> str:
         if s.get("responses") and s.get("retransmission_rate") is not None:
             lines.append(f"| {name} | {100 * s['retransmission_rate']:.2f}% | {100 * s['lossy_response_share']:.1f}% |")
     lines += ["", "| policy | IW: prefixes |", "|---|---|"]
-    for name in ("riptide", "tcpwise", "oracle"):
+    for name in ("riptide", "tcpwise", "tcpwise_guard", "oracle"):
         h = summary["iw_distribution"][name]
         lines.append(f"| {name} | " + ", ".join(f"{iw}: {n}" for iw, n in h.items()) + " |")
     return "\n".join(lines) + "\n"

@@ -8,7 +8,11 @@
 //! draw), beside a baseline in the same run: a hash map keyed by (/24, hour), the least a
 //! lookup can cost. Then the learner's half, in Python (`gearbox.tcpwise.bench`): one
 //! learning iteration's time over synthetic telemetry of the same shape and the size of the
-//! table it writes. Figures only; nothing passes or fails on them.
+//! table it writes. With root, the kernel TCP half (TCP WISE §IV-A on Linux: the edge's BPF
+//! `sock_ops` program, `gearbox_bpf::iw`): the program's own run time per connection, as
+//! the kernel's BPF statistics count it, over loopback connections to a listener it is
+//! attached to, with its LPM tries empty, holding one /24, and holding the table's /24s.
+//! Figures only; nothing passes or fails on them.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -43,6 +47,12 @@ pub struct TcpwiseBenchArgs {
     /// Skip the learner's half (Python).
     #[arg(long)]
     pub no_learner: bool,
+    /// Loopback connections per table size in the kernel TCP half (root only).
+    #[arg(long, default_value_t = 2_000)]
+    pub bpf_connections: u32,
+    /// Skip the kernel TCP half (the BPF program).
+    #[arg(long)]
+    pub no_bpf: bool,
 }
 
 fn cluster_ip(c: u32, host: u8) -> Ipv4Addr {
@@ -144,6 +154,9 @@ pub fn run(a: TcpwiseBenchArgs) -> anyhow::Result<()> {
         "    TcpWiseGear::choose (lookup + alpha/beta draw) {gear_ns:>9.0} ns  ({:.0} x baseline)",
         gear_ns / base_ns
     );
+    if !a.no_bpf {
+        bpf_half(&a)?;
+    }
     if a.no_learner {
         return Ok(());
     }
@@ -159,6 +172,72 @@ pub fn run(a: TcpwiseBenchArgs) -> anyhow::Result<()> {
     let status = cmd.status().map_err(|e| crate::lab_cmd::start_error(&python, &e))?;
     if !status.success() {
         bail!("the learner's half (python -m gearbox.tcpwise.bench) failed: {status}");
+    }
+    Ok(())
+}
+
+/// The kernel TCP half (module doc): the BPF program's run time per connection for three
+/// table sizes. Without root it says why it is left out.
+fn bpf_half(a: &TcpwiseBenchArgs) -> anyhow::Result<()> {
+    use gearbox_bpf::iw::{BpfStats, IwEntry, IwProgram};
+    use std::net::{TcpListener, TcpStream};
+
+    if a.bpf_connections == 0 {
+        bail!("--bpf-connections must be at least 1");
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let program = match IwProgram::attach(&listener, port) {
+        Ok(p) => p,
+        Err(e @ gearbox_bpf::BpfError::NotRoot { .. }) => {
+            println!("  kernel TCP (the BPF sock_ops program): left out: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let _stats = BpfStats::enable()?;
+    let entry = |prefix: Option<(IpAddr, u8)>| IwEntry {
+        prefix,
+        iw: vec![10, 15],
+        chance_alpha: 0.5,
+    };
+    let loopback = entry(Some((IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 24)));
+    // The maps hold at most 65,536 prefixes: the table's /24s and the loopback's.
+    let many: Vec<IwEntry> = (0..a.clusters.min(65_535))
+        .map(|c| entry(Some((IpAddr::V4(cluster_ip(c, 0)), 24))))
+        .chain([loopback.clone(), entry(None)])
+        .collect();
+    let sizes: [(&str, Vec<IwEntry>); 3] = [
+        ("empty tries (no entry: the default IW, no draw)", Vec::new()),
+        ("one /24 (the client's) + others", vec![loopback, entry(None)]),
+        ("the table's /24s + the client's + others", many),
+    ];
+    println!(
+        "  kernel TCP, the edge's BPF sock_ops program (run time as the kernel counts it; {} loopback connections each):",
+        a.bpf_connections
+    );
+    for (what, entries) in sizes {
+        program.fill(&entries)?;
+        let before = program.run_stats()?;
+        let start = Instant::now();
+        for _ in 0..a.bpf_connections {
+            let client = TcpStream::connect(("127.0.0.1", port))?;
+            let (server, _) = listener.accept()?;
+            black_box((client, server));
+        }
+        let wall_ns = start.elapsed().as_nanos() as f64 / f64::from(a.bpf_connections);
+        let after = program.run_stats()?;
+        let runs = after.runs - before.runs;
+        let ns = (after.run_time_ns - before.run_time_ns) as f64;
+        println!(
+            "    {:<48} {:>4} prefixes: {:>6.0} ns per connection in the program ({:.1} runs of {:.0} ns), connect + accept {:.0} ns",
+            what,
+            entries.len(),
+            ns / f64::from(a.bpf_connections),
+            runs as f64 / f64::from(a.bpf_connections),
+            if runs > 0 { ns / runs as f64 } else { 0.0 },
+            wall_ns
+        );
     }
     Ok(())
 }
