@@ -31,7 +31,7 @@ defaults of `A2CConfig`. What the thesis does not give is written here with its 
   shared), since an RTT series means the same on either path; Pensieve gives each of its
   input series its own. Pensieve's 128 filters are not used: the merged layer's inputs
   (paths x positions x filters) set the decision's cost in Rust, and 8 filters keep it
-  within the issue's 5 µs (docs/sailfish.md "1-D convolution against the MLP").
+  near the issue's 5 µs (docs/sailfish.md "1-D convolution against the MLP").
 * **Export of the convolution** (`dense_layers`). The data plane evaluates dense networks
   (`gearbox-policy`, format `gearbox-mlp`), and a convolution without padding is a dense
   layer whose weights are the filter taps placed at each position and zero elsewhere. The
