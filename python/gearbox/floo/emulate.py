@@ -15,11 +15,11 @@ per-policy mean RCT this module compares with the simulator's.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from gearbox.floo.scenarios import Scenario
+from gearbox.lab.runner import run_file
 
 # The controllers kernel TCP offers for a static scheme (gearbox's BPF Westwood+ included).
 TCP_STATIC = ("cubic", "bbr", "westwood")
@@ -112,13 +112,7 @@ def run(
         file = folder / "scenario.toml"
         file.write_text(lab_scenario(s, schemes, duration_s, seed + i, model_dir.resolve(), period_s, proto))
         print(f"floo evaluate: emulator {i + 1}/{len(scenarios)}: {s.name}", file=sys.stderr)
-        done = subprocess.run(
-            [sys.executable, "-m", "gearbox.lab", "run", str(file), "--out", str(folder / "lab")],
-            stdout=subprocess.DEVNULL,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"gearbox lab run {file} failed (exit {done.returncode}); see {folder / 'lab'}")
+        run_file(file, folder / "lab")
         summary = json.loads((folder / "lab" / "summary.json").read_text())
         for p in summary["policies"]:
             choices, outcomes = gear_actions(folder / "lab" / "runs", p["policy"])

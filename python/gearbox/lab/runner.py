@@ -391,3 +391,17 @@ def _note(res: RunResult, bar: Any, log: Callable[[str], None]) -> None:
             bar.write(msg, file=sys.stderr)
         else:
             log(msg)
+
+
+def run_file(file: Path, out: Path) -> Path:
+    """`gearbox lab run FILE --out OUT` in a child process, as a gear's evaluation runs its
+    emulator half (its progress bar goes to stderr); returns `OUT`. Raises RuntimeError
+    naming the file and the output folder when the run fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gearbox.lab", "run", str(file), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"gearbox lab run {file} failed (exit {done.returncode}); see {out}")
+    return out

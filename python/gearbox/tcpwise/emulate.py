@@ -19,12 +19,12 @@ in which any connection got another IW is an error, not a figure.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gearbox.lab.runner import run_file
 from gearbox.stats import percentile
 from gearbox.tcpwise.evaluate import Condition, latency_ms, write_workload
 
@@ -127,13 +127,7 @@ def run(conditions: Sequence[Condition], iws: Sequence[int], duration_s: float, 
         file = folder / "scenario.toml"
         file.write_text(lab_scenario(c, iws, tables, duration_s, seed), encoding="utf-8")
         print(f"tcpwise ground truth (emulator) {i + 1}/{len(conditions)}: {c.name}", file=sys.stderr)
-        done = subprocess.run(
-            [sys.executable, "-m", "gearbox.lab", "run", str(file), "--out", str(folder / "lab")],
-            stdout=subprocess.DEVNULL,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"gearbox lab run {file} failed (exit {done.returncode}); see {folder / 'lab'}")
+        run_file(file, folder / "lab")
         sweep = [measure_iw(folder / "lab" / "runs", iw) for iw in iws]
         best = min(sweep, key=lambda s: (s["p80_ms"], s["iw"]))
         ten = next((s for s in sweep if s["iw"] == 10), None)
