@@ -131,3 +131,65 @@ def test_the_targets_compare_sailfish_with_minrtt_and_ecf_per_class():
     targets = summarise(rows, ["sailfish", "minrtt", "ecf", "blest"])["targets"]
     # 80 is >= 10% below 95 (ECF), but worse than BLEST's 70 on homogeneous paths.
     assert targets["low-bdw dissimilar"]["met"] and not targets["homogeneous"]["met"]
+
+
+def test_conv_policy_trains_a_step_and_the_rust_gear_decides_as_jax(tmp_path):
+    # SAILfish §5.1.2's network: `gearbox learn sailfish --network conv` trains it, exports
+    # the convolution as dense layers, and the client's Rust gear, running that file in the
+    # simulator, puts every stream of a page load on the path JAX's own flax module picks.
+    import jax
+    import jax.numpy as jnp
+
+    from gearbox.floo.export import predict_json
+    from gearbox.sailfish.a2c import ConvActor, dense_layers
+    from gearbox.sailfish.train import main, rtt_history_inputs
+    from gearbox.sim.paths import feature_names, observe
+
+    out = tmp_path / "conv"
+    args = ["--network", "conv", "--epochs", "1", "--episodes-per-update", "1", "--pairs-per-class", "1"]
+    assert main([*args, "--train-pages", "4", "--out", str(out)]) == 0
+    doc = json.loads((out / "policy.json").read_text())
+    names = feature_names(2)
+    assert doc["feature_names"] == names and doc["info"]["network"] == "conv"
+    # Three dense layers: the convolution (2 paths x 5 positions x 8 filters) and a +x / -x
+    # pair for each of the 20 other inputs, the 128-unit merged layer, the 2 paths.
+    assert [len(layer["bias"]) for layer in doc["layers"]] == [2 * 5 * 8 + 2 * 20, 128, 2]
+    with np.load(out / "a2c.npz") as saved:
+        params: dict = {}
+        for key in saved.files:
+            net, layer, name = (key.split("/") + ["", "", ""])[:3]
+            if net == "actor":
+                params.setdefault(layer, {})[name] = saved[key]
+    assert set(params) == {"rtt_conv", "hidden", "logits"}
+    config = A2CConfig(network="conv", conv_inputs=rtt_history_inputs(names, 2))
+    # The one update (seed 1, as `train` initialises) moved every layer off its initial values.
+    init = ConvActor(2, config).init(jax.random.split(jax.random.PRNGKey(1))[0], jnp.zeros((1, len(names))))
+    for layer in ("rtt_conv", "hidden", "logits"):
+        before, after = np.asarray(init["params"][layer]["kernel"]), params[layer]["kernel"]
+        assert before.shape == after.shape and 0 < np.abs(after - before).max() < 0.01, layer
+    # The file holds the actor saved beside it, as dense layers.
+    for (w, b), layer in zip(dense_layers(params, config, len(names)), doc["layers"], strict=True):
+        assert np.array_equal(w, layer["weights"]) and np.array_equal(b, layer["bias"])
+    logits = jax.jit(ConvActor(2, config).apply)
+    pair, page = TABLE_5_2[1], evaluation_page_seeds()[4]
+    load, margins = SimPageLoad(pair.config(seed=1), page, pair.name), []
+    while (r := load.next_stream()) is not None:
+        obs = observe(r)
+        z = np.asarray(logits({"params": params}, jnp.asarray(obs[None])), np.float64)[0]
+        _, exported = predict_json(doc, obs)
+        np.testing.assert_allclose(exported[0], z, rtol=1e-5, atol=1e-6)
+        margins.append(abs(z[0] - z[1]))
+        load.assign(r["object"], int(np.argmax(z)), "jax")
+    jax_paths = [s["path"] for s in load.outcome()["streams"]]
+    rust = SimPageLoad(pair.config(seed=1), page, pair.name).run("sailfish", out)
+    assert len(jax_paths) == TABLE_5_1_FILES[4] and min(margins) > 1e-4
+    assert [s["path"] for s in rust["streams"]] == jax_paths
+
+
+def test_conv_config_is_checked_against_the_observation():
+    with pytest.raises(ValueError, match="A2CConfig.conv_inputs"):
+        train(TwoArms(), A2CConfig(network="conv", conv_inputs=((0, 1),)), 1, seed=0)
+    with pytest.raises(ValueError, match="outside the 3-value observation"):
+        train(TwoArms(), A2CConfig(network="conv", conv_kernel=2, conv_inputs=((0, 1, 5),)), 1, seed=0)
+    with pytest.raises(ValueError, match="A2CConfig.network"):
+        train(TwoArms(), A2CConfig(network="lstm"), 1, seed=0)

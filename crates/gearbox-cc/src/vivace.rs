@@ -14,10 +14,13 @@
 //!   when it lifts the RTT by more than 30% of the min RTT over the MI, so that RTT
 //!   jitter on an idle path cannot end it (a doubling past the bottleneck lifts it by
 //!   half an MI or more, and loss ends it too).
-//! - **Probing** (§4.2): two pairs of MIs at `r(1 + ε)` and `r(1 − ε)`, ε = 0.05, each
-//!   pair in random order; when both pairs agree on the better direction, the gradient
-//!   `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ` from the better probe's
-//!   rate. Pairs that disagree are probed again.
+//! - **Probing** (§4.2): two pairs of MIs at `r(1 + ε)` and `r(1 − ε)`, ε = 0.05, a
+//!   randomized controlled trial: the first pair's order drawn at random, the second's
+//!   the opposite (as PCC's own implementation does), so that an effect of an MI's
+//!   place cannot make the pairs agree; each connection draws its own orders, so
+//!   competing flows do not probe in step. When both pairs agree on the better
+//!   direction, the gradient `γ = (u+ − u−) / (2 ε r)` sets the step `Δr = θ0 · m · γ`
+//!   from the better probe's rate. Pairs that disagree are probed again.
 //! - **Moving** (§4.2): the rate then keeps stepping that way, one step per MI scored at
 //!   the new rate, the gradient re-estimated from the last two steps' utilities, while
 //!   the utility keeps improving; when it does not, back to the better of the two rates
@@ -29,10 +32,13 @@
 //!   below what the probes can tell from noise.
 //!
 //! Two readings of eq. 1 for this stack, both measured (docs/cc.md "Validation"): x is
-//! the rate the MI chose, not the bytes it happened to send (at a few packets per MI
-//! the count of whole packets swings by more than ε); and only a rising RTT counts (a
-//! falling one is a queue that earlier MIs built draining, and rewarding it made the
-//! probes' verdicts follow the bursts at MI starts, not the rates).
+//! the MI's sending rate as its rate and window shape it (the chosen rate, or window /
+//! RTT when a standing queue holds the window-limited sender below it), not a count of
+//! the bytes it happened to send (at a few packets per MI the count of whole packets
+//! swings by more than ε); and only a rising RTT counts (a falling one is a queue that
+//! earlier MIs built draining, and rewarding it made the probes' verdicts follow the
+//! bursts at MI starts, not the rates). Starting (§4.1) ends only when a doubled rate
+//! scores below the best, never on two MIs at one rate.
 //!
 //! MIs overlap their results: an MI's packets are acknowledged about an RTT after it
 //! ends, so the rate of the MIs started meanwhile was already set; each MI keeps its own
@@ -80,7 +86,8 @@ pub struct VivaceConfig {
     /// (0.01): RTT noise of a fraction of a millisecond inside one MI would otherwise
     /// swing the latency term (b = 900) by more than the throughput term.
     pub rtt_gradient_tolerance: f64,
-    /// Seed of the probing order.
+    /// Seed of the probing order, mixed with each connection's first RTT sample (so that
+    /// competing connections draw different orders).
     pub seed: u64,
 }
 
@@ -282,11 +289,22 @@ impl Vivace {
     /// real queue or loss says stop, not until the jitter of an idle path does.
     fn utility(&self, mi: &Mi, min_rtt: Duration) -> f64 {
         let duration = mi.end.saturating_duration_since(mi.start).as_secs_f64().max(1e-6);
-        // x is the rate the MI chose (§3: the sender's sending rate), not the bytes it
-        // happened to send over its length: on quinn the window releases whole packets
-        // in pacing bursts, and at a few packets per MI that count swings by more than
-        // the probes' ε, so probes compared on it agreed only by chance.
-        let x = mi.rate * 8.0 / 1e6;
+        // x is the MI's sending rate (§3), derived from what shapes it rather than
+        // counted: on quinn the window releases whole packets in pacing bursts, and at
+        // a few packets per MI their count swings by more than the probes' ε. The MI
+        // sends at its chosen rate unless its window, sized on the min RTT, runs out
+        // first: a window-limited sender sends window / RTT, so with a standing queue
+        // (mean RTT of the MI's packets above the min RTT) x is that. On the chosen
+        // rate alone a rate above the bottleneck was credited in full though the queue
+        // held its excess back: a flow that left Starting at 1.7x a 10 Mbit/s link
+        // kept its rate, and the other flow's share, for the whole download (Jain's
+        // index 0.61-0.76 in 3 of 8 runs, docs/cc.md "Fairness").
+        let mut x = mi.rate * 8.0 / 1e6;
+        if !mi.rtts.is_empty() {
+            let mean_rtt = mi.rtts.iter().map(|s| s.1).sum::<f64>() / mi.rtts.len() as f64;
+            let window = window_of_rate(mi.rate as u64, min_rtt) + 2 * self.mtu;
+            x = x.min(window as f64 / mean_rtt.max(1e-6) * 8.0 / 1e6);
+        }
         let loss = if mi.sent > 0 {
             mi.sent.saturating_sub(mi.acked) as f64 / mi.sent as f64
         } else {
@@ -327,8 +345,13 @@ impl Vivace {
             self.rate * (1.0 - self.config.epsilon),
             self.rate * (1.0 + self.config.epsilon),
         );
+        // The first pair's order is random, the second's the opposite (up, down, down, up
+        // or down, up, up, down): each rate holds each place once, so whatever the place
+        // itself does to a score (the queue the MI before left, the window's step at the
+        // MI's start) favours each rate in one pair and cannot make the pairs agree.
+        let up_first = self.coin();
         for pair in 0..2u8 {
-            let up_first = self.coin();
+            let up_first = up_first ^ (pair == 1);
             for up in [up_first, !up_first] {
                 let purpose = Purpose::Probe {
                     round: self.round,
@@ -363,6 +386,11 @@ impl Vivace {
     fn scored(&mut self, mi: &Mi, utility: f64) {
         match (self.mode, mi.purpose) {
             (Mode::Starting, Purpose::Starting) => match self.best {
+                // Only a doubling can end Starting: an MI the delivery-rate cap held at
+                // the best's rate differs from it by noise alone (one random loss in a
+                // dozen packets), and PCC's own implementation compares only a higher
+                // rate with the last.
+                Some((best_rate, _)) if mi.rate <= best_rate => {}
                 Some((best_rate, best_u)) if utility < best_u => {
                     // §4.1: back to the last rate before the fall, and learn from there.
                     self.rate = best_rate;
@@ -548,6 +576,12 @@ impl Algorithm for Vivace {
         if let Some(m) = self.mis.back_mut() {
             if m.purpose == Purpose::Initial && sampled && now < m.end {
                 m.end = now;
+                // Competing flows must not probe in step: each connection's RCTs are
+                // its own random draws (§4.2), so the configured seed is mixed with the
+                // first RTT sample's nanoseconds, which differ between real connections
+                // and stay reproducible in virtual time.
+                self.rng ^= (path.srtt.as_nanos() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                self.rng |= 1;
             }
         }
         if self.mis.back().is_none_or(|m| now >= m.end) {
@@ -675,22 +709,112 @@ impl Algorithm for Vivace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testbed::{run, Bottleneck};
+    use crate::testbed::{jain, run, run_flows, Bottleneck, Flow};
 
     fn vivace() -> Vivace {
+        seeded(VivaceConfig::default().seed)
+    }
+
+    fn seeded(seed: u64) -> Vivace {
         Vivace::new(
-            &VivaceConfig::default(),
+            &VivaceConfig {
+                seed,
+                ..VivaceConfig::default()
+            },
             12_000,
             Instant::now(),
             &PathState::new(1200, Duration::from_millis(333)),
         )
     }
 
+    /// Two Vivace flows through one 1-BDP bottleneck, started together or the second
+    /// 3 s after the first (into a link the first already fills), at 10 and 50 Mbit/s:
+    /// Jain's index of what each delivered from 8 s to 30 s at least 0.9 (the issue's
+    /// bound), and the link still used. Before the MI's rate was scored as what its
+    /// window sends, the late start gave 0.711 at 50 Mbit/s in this testbed (one flow
+    /// 0.18, the other 0.82 of the link) and 0.909 at 10 (docs/cc.md "Fairness").
+    #[test]
+    fn two_flows_share_a_bottleneck_fairly_even_when_one_starts_late() {
+        let mut bad = Vec::new();
+        for mbit in [10.0, 50.0] {
+            for late in [0, 3] {
+                for seed in 1..=3u64 {
+                    let (mut a, mut b) = (seeded(seed * 7919), seeded(seed * 104_729 + 3));
+                    let outs = run_flows(
+                        vec![
+                            Flow {
+                                algo: &mut a,
+                                start: Duration::ZERO,
+                            },
+                            Flow {
+                                algo: &mut b,
+                                start: Duration::from_secs(late),
+                            },
+                        ],
+                        Bottleneck::new(mbit, 40, 1.0),
+                        Duration::from_secs(30),
+                        Duration::from_secs(8),
+                    );
+                    let (j, total) = (jain(&outs), outs[0].utilisation + outs[1].utilisation);
+                    let line = format!(
+                        "{mbit} Mbit/s, second flow {late} s late, seed {seed}: Jain {j:.3} ({:.2} + {:.2} of the link)",
+                        outs[0].utilisation, outs[1].utilisation
+                    );
+                    eprintln!("{line}");
+                    if j < 0.9 || total < 0.8 {
+                        bad.push(line);
+                    }
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+
+    #[test]
+    fn starting_ends_only_when_a_higher_rate_scores_lower() {
+        let mut v = vivace();
+        let mut mi = mi_at(500_000.0, 0);
+        mi.purpose = Purpose::Starting;
+        v.scored(&mi, 4.0);
+        // Held at the same rate (the delivery-rate cap) and scored lower by a random
+        // loss: no verdict on a doubling, Starting goes on.
+        v.scored(&mi, 1.0);
+        assert_eq!(v.mode, Mode::Starting);
+        // The doubling scores lower: back to the best rate, and probe.
+        let mut doubled = mi_at(1_000_000.0, 0);
+        doubled.purpose = Purpose::Starting;
+        v.scored(&doubled, 3.0);
+        assert_eq!((v.mode, v.rate), (Mode::Probing, 500_000.0));
+    }
+
+    #[test]
+    fn the_two_probe_pairs_run_in_opposite_orders() {
+        let mut v = vivace();
+        let mut firsts = Vec::new();
+        for _ in 0..20 {
+            v.plan_probe();
+            let ups: Vec<bool> = v
+                .plan
+                .iter()
+                .map(|(p, _)| match p {
+                    Purpose::Probe { up, .. } => *up,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(ups.len(), 4);
+            assert!(ups[0] != ups[1] && ups[2] == ups[1] && ups[3] == ups[0], "{ups:?}");
+            firsts.push(ups[0]);
+        }
+        // Which rate goes first is still drawn at random.
+        assert!(firsts.contains(&true) && firsts.contains(&false));
+    }
+
     /// At 10 and 50 Mbit/s, with a 1-BDP and a 4-BDP buffer: most of the link, a
     /// short queue and next to no loss, whatever the buffer. This testbed acknowledges
     /// every packet at once and has no headers, and here Vivace settles where its upper
-    /// probe, r(1 + ε), just starts a queue: 0.90 of the link at 10 Mbit/s and 0.93 at 50
-    /// (measured), with under 2 ms of queue. The 90% is checked on real QUIC, in
+    /// probe, r(1 + ε), just starts a queue: 0.91 of the link at 10 Mbit/s and 0.88 at 50
+    /// (measured; 0.90 and 0.93 before the MI's rate was scored as what its window
+    /// sends), with under 2 ms of queue. The 90% is checked on real QUIC, in
     /// gearbox-sim and gearbox-emu (docs/cc.md "Validation"); before the fix of docs/cc.md
     /// this testbed gave 0.93 / 1.00 at 10 Mbit/s with the buffer full (22 / 152 ms of
     /// queue, 8% / 14% loss) and 0.80 at 50.
@@ -721,15 +845,33 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
     }
 
+    /// 1-3% random loss on the 10 Mbit/s, 40 ms, 1-BDP path: most of the link kept
+    /// (c = 11.35 makes the utility rise with the rate up to about 6% loss at this rate,
+    /// §3), over three probing seeds. At 2-3% the per-MI loss count (about 42 packets
+    /// an MI) is noise larger than the probes' rate difference, so the rate walks below
+    /// the bottleneck; this bounds how far (measured: docs/cc.md "Random loss").
     #[test]
-    fn random_loss_of_one_percent_keeps_the_rate_up() {
-        let link = Bottleneck {
-            loss: 0.01,
-            ..Bottleneck::new(10.0, 40, 1.0)
-        };
-        let out = run(&mut vivace(), link, Duration::from_secs(30), Duration::from_secs(5));
-        eprintln!("1% loss: utilisation {:.3}", out.utilisation);
-        assert!(out.utilisation > 0.8, "utilisation {}", out.utilisation);
+    fn random_loss_of_one_to_three_percent_keeps_most_of_the_link() {
+        let mut bad = Vec::new();
+        for loss in [0.01, 0.02, 0.03] {
+            for seed in 1..=3u64 {
+                let link = Bottleneck {
+                    loss,
+                    ..Bottleneck::new(10.0, 40, 1.0)
+                };
+                let out = run(
+                    &mut seeded(seed * 7919),
+                    link,
+                    Duration::from_secs(30),
+                    Duration::from_secs(5),
+                );
+                eprintln!("{loss} loss, seed {seed}: utilisation {:.3}", out.utilisation);
+                if out.utilisation < 0.75 {
+                    bad.push(format!("{loss} loss, seed {seed}: {:.3}", out.utilisation));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{bad:?}");
     }
 
     #[test]
@@ -801,10 +943,29 @@ mod tests {
         mi.acked = 40_000;
         let flat = v.utility(&mi, Duration::from_millis(40));
         assert!((flat - 8f64.powf(0.9)).abs() < 1e-9, "{flat}");
-        mi.rtts = (0..20).map(|i| (i as f64 * 0.002, 0.060 - i as f64 * 0.0005)).collect();
+        // Falling by 1.9 ms to the min RTT: within the window's two packets of slack,
+        // so the rate is the chosen one, and the fall earns nothing.
+        mi.rtts = (0..20)
+            .map(|i| (i as f64 * 0.002, 0.0419 - i as f64 * 0.0001))
+            .collect();
         assert_eq!(v.utility(&mi, Duration::from_millis(40)), flat);
         mi.rtts = (0..20).map(|i| (i as f64 * 0.002, 0.040 + i as f64 * 0.0005)).collect();
         assert!(v.utility(&mi, Duration::from_millis(40)) < flat - 1000.0);
+    }
+
+    /// A window-limited MI sends window / RTT, not its chosen rate: behind a standing
+    /// queue that doubles the RTT, x is about half the chosen rate (§3's sending rate).
+    #[test]
+    fn a_standing_queue_holds_the_scored_rate_to_what_the_window_sends() {
+        let v = vivace();
+        let mut mi = mi_at(1_000_000.0, 0);
+        mi.purpose = Purpose::Base;
+        mi.sent = 40_000;
+        mi.acked = 40_000;
+        mi.rtts = (0..20).map(|i| (i as f64 * 0.002, 0.080)).collect();
+        let u = v.utility(&mi, Duration::from_millis(40));
+        // window = 1 MB/s × 40 ms + 2 × 1200 B = 42.4 kB, sent per 80 ms: 4.24 Mbit/s.
+        assert!((u - 4.24f64.powf(0.9)).abs() < 1e-6, "{u}");
     }
 
     #[test]

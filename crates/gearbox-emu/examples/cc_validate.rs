@@ -11,7 +11,12 @@
 //! each way, default 0) with each CC in turn (one run of every controller before the
 //! next round, so a busy machine weighs on all of them alike) and prints each
 //! utilisation and the spread: the check of a controller that is close to a bound,
-//! against a reference (Cubic) measured in the same run.
+//! against a reference (Cubic) measured in the same run. `--seconds S` sets the
+//! download's size in seconds at line rate (default 8).
+//!
+//! `cc_validate fairness-repeat RUNS CC...` runs the fairness table's two-flow download
+//! RUNS times per controller (interleaved as `repeat` does) and prints each run's Jain's
+//! index.
 
 #[path = "../tests/common/transfer.rs"]
 mod transfer;
@@ -47,6 +52,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("repeat") {
         return repeat(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("fairness-repeat") {
+        return fairness_repeat(&args[1..]);
     }
     let want = |t: &str| args.is_empty() || args.iter().any(|a| a == t);
     if let Err(e) = gearbox_emu::check_environment() {
@@ -144,11 +152,7 @@ fn main() {
         println!("\n### Two flows of one controller (10 Mbit/s, 40 ms, 1 BDP, equal sizes)\n");
         println!("| controller | Jain's index while both ran | RCTs s |\n|---|---:|---|");
         for cc in SUITE {
-            let m = cell(&Download {
-                flows: 2,
-                seconds: 12.0,
-                ..Download::quic(cc, 10.0, 40.0, 1.0)
-            });
+            let m = cell(&two_flows(cc));
             match m {
                 Some(m) => println!(
                     "| {cc} | {:.3} | {} |",
@@ -161,11 +165,64 @@ fn main() {
     }
 }
 
+/// The fairness table's download: two equal flows of `cc` started together over
+/// 10 Mbit/s, 40 ms, 1 BDP, 12 s at line rate in all.
+fn two_flows(cc: &str) -> Download {
+    Download {
+        flows: 2,
+        seconds: 12.0,
+        ..Download::quic(cc, 10.0, 40.0, 1.0)
+    }
+}
+
+/// `fairness-repeat RUNS CC...`: RUNS two-flow downloads per controller, interleaved.
+fn fairness_repeat(args: &[String]) {
+    let usage = "usage: cc_validate fairness-repeat RUNS CC... (e.g. fairness-repeat 5 cubic vivace)";
+    let Some(runs) = args.first().and_then(|a| a.parse::<usize>().ok()) else {
+        fail(usage)
+    };
+    let ccs = &args[1..];
+    if ccs.is_empty() {
+        fail(usage)
+    }
+    if let Err(e) = gearbox_emu::check_environment() {
+        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
+        std::process::exit(1);
+    }
+    let mut got: Vec<Vec<Option<Measured>>> = vec![Vec::new(); ccs.len()];
+    for run in 0..runs {
+        for (i, cc) in ccs.iter().enumerate() {
+            let m = cell(&two_flows(cc));
+            match &m {
+                Some(m) => eprintln!("run {} {cc}: Jain {:.3} RCTs {:?}", run + 1, m.jain(), m.rct_s),
+                None => eprintln!("run {} {cc}: failed", run + 1),
+            }
+            got[i].push(m);
+        }
+    }
+    println!("\n### Two flows of one controller (10 Mbit/s, 40 ms, 1 BDP), {runs} runs each\n");
+    println!("| controller | Jain's index per run | min | mean |\n|---|---|---:|---:|");
+    for (cc, ms) in ccs.iter().zip(&got) {
+        let j: Vec<f64> = ms.iter().flatten().map(Measured::jain).collect();
+        let min = j.iter().cloned().fold(f64::INFINITY, f64::min);
+        let mean = j.iter().sum::<f64>() / j.len().max(1) as f64;
+        println!(
+            "| {cc} | {} | {min:.3} | {mean:.3} |",
+            ms.iter()
+                .map(|m| m.as_ref().map_or("failed".into(), |m| format!("{:.3}", m.jain())))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
 /// `repeat MBIT RUNS CC...`: RUNS downloads per controller, interleaved.
 fn repeat(args: &[String]) {
-    let usage = "usage: cc_validate repeat MBIT RUNS CC... [--bdp B] [--loss L] (e.g. repeat 50 5 cubic vivace)";
+    let usage =
+        "usage: cc_validate repeat MBIT RUNS CC... [--bdp B] [--loss L] [--seconds S] (e.g. repeat 50 5 cubic vivace)";
     let mut bdps = 1.0;
     let mut loss = 0.0;
+    let mut seconds = 8.0;
     let mut ccs = Vec::new();
     let mut rest = args.iter().skip(2);
     while let Some(a) = rest.next() {
@@ -173,6 +230,7 @@ fn repeat(args: &[String]) {
         match a.as_str() {
             "--bdp" => bdps = value(rest.next()).unwrap_or_else(|| fail(usage)),
             "--loss" => loss = value(rest.next()).unwrap_or_else(|| fail(usage)),
+            "--seconds" => seconds = value(rest.next()).filter(|s| *s > 3.0).unwrap_or_else(|| fail(usage)),
             cc => ccs.push(cc.to_string()),
         }
     }
@@ -194,13 +252,14 @@ fn repeat(args: &[String]) {
         for (i, cc) in ccs.iter().enumerate() {
             let m = cell(&Download {
                 loss,
+                seconds,
                 ..Download::quic(cc, mbit, 40.0, bdps)
             });
             eprintln!("run {} {cc}: {} queue {} ms", run + 1, pct(&m), queue(&m));
             got[i].push(m);
         }
     }
-    println!("\n### {mbit} Mbit/s, 40 ms, {bdps} BDP, loss {loss}, 8 s download, {runs} runs each\n");
+    println!("\n### {mbit} Mbit/s, 40 ms, {bdps} BDP, loss {loss}, {seconds} s download, {runs} runs each\n");
     println!("| controller | utilisation per run | min | mean | mean queue ms |\n|---|---|---:|---:|---:|");
     for (cc, ms) in ccs.iter().zip(&got) {
         let ok: Vec<&Measured> = ms.iter().flatten().collect();

@@ -293,3 +293,44 @@ fn floo_actor_matches_jax_softmax_and_logits() {
     println!("i_floo_actor: greedy class agrees with JAX on {agreed} rows ({ties} near-ties skipped)");
     assert!(agreed >= 190, "{agreed} rows compared");
 }
+
+#[test]
+fn sailfish_conv_actor_written_as_dense_layers_matches_jax() {
+    // SAILfish §5.1.2's actor: a 1-D convolution over each path's 8 RTTs (8 filters of 4
+    // taps, shared by the two paths), merged with the other 20 inputs into the hidden
+    // layer (32 units here), a softmax over 2 paths; random weights. The file holds it as
+    // three dense layers (`gearbox.sailfish.a2c.dense_layers`); the expected outputs are
+    // JAX's float32 forward pass of the flax convolution itself.
+    check_set(
+        "j_sailfish_conv_actor",
+        "multi:softprob",
+        &[("predict", false), ("output_margin", true)],
+    );
+    let model = Model::load(vectors_dir().join("j_sailfish_conv_actor.json")).unwrap();
+    let mlp = model.mlp().expect("a dense network");
+    // 2 paths x 5 positions x 8 filters, and a +x / -x unit pair for each other input.
+    assert_eq!(mlp.layer_sizes(), [36, 2 * 5 * 8 + 2 * 20, 32, 2]);
+    assert_eq!(model.class_labels(), ["path0", "path1"]);
+    let cases = read_cases("j_sailfish_conv_actor");
+    let classes = cases.outputs["class"].as_array().expect("class");
+    let logits = expected(&cases, "output_margin");
+    let mut agreed = 0;
+    for ((row, want), z) in cases.rows.iter().zip(classes).zip(&logits) {
+        if (z[0] - z[1]).abs() < 1e-4 {
+            continue; // within float32 rounding of a tie
+        }
+        let features = model.row(
+            cases
+                .features
+                .iter()
+                .zip(row)
+                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
+        );
+        assert_eq!(model.predict_class(&features).unwrap(), want.as_u64().unwrap() as usize);
+        agreed += 1;
+    }
+    assert!(agreed >= 190, "{agreed} rows compared");
+    // Both paths are chosen on some rows, so a swapped output cannot pass.
+    let ones = classes.iter().filter(|c| c.as_u64() == Some(1)).count();
+    assert!(ones > 20 && ones < 180, "{ones} rows choose path1");
+}

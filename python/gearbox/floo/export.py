@@ -7,8 +7,10 @@ networks"): `policy.json` holds the network, `policy.meta.json` the sidecar.
 * `policy.json`: `"activation": "leaky_relu"` with its `negative_slope`, `"output":
   "softmax"` with `num_class` = the number of controllers, `feature_names`, `impute` and
   the two layers; flax's `Dense` kernel is `(inputs, units)`, the format's orientation,
-  so the arrays are written as they are. Floats are written with Python's shortest
-  round-trip repr of the float32 weights, so the file holds exactly the trained values.
+  so the arrays are written as they are. An actor of another shape can be given as its
+  dense layers (SAILfish's convolutional actor: `gearbox.sailfish.a2c.dense_layers`).
+  Floats are written with Python's shortest round-trip repr of the float32 weights, so
+  the file holds exactly the trained values.
 * `impute` is 0 for every input: the environment's own rule for a metric it cannot
   compute (`gearbox.sim.envs.observe` writes 0 for a missing or non-finite value), so a
   feature missing at the edge (NaN) is read as the policy saw it in training.
@@ -46,33 +48,48 @@ OBJECTIVE = "multi:softprob"
 VECTOR_SET = "i_floo_actor"
 
 
-def _layers(params: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(hidden kernel, hidden bias, logits kernel, logits bias) of an actor's parameters,
-    checked: `{"hidden": {"kernel", "bias"}, "logits": {"kernel", "bias"}}` (as
-    `gearbox.floo.ppo` keeps them, or wrapped in flax's `{"params": ...}`)."""
-    if "params" in params and "hidden" not in params:
-        params = params["params"]
-    out = []
-    for layer in ("hidden", "logits"):
-        if layer not in params:
-            raise ValueError(f"actor parameters have no {layer!r} layer (have {sorted(params)})")
-        for name in ("kernel", "bias"):
-            if name not in params[layer]:
-                raise ValueError(f"actor parameters: {layer} has no {name!r}")
-            value = np.asarray(params[layer][name])
-            if not np.issubdtype(value.dtype, np.floating):
-                raise ValueError(f"actor parameters: {layer}.{name} is {value.dtype}, not floating point")
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f"actor parameters: {layer}.{name} has non-finite values")
-            out.append(value)
-    w1, b1, w2, b2 = out
-    if w1.ndim != 2 or w2.ndim != 2 or b1.shape != (w1.shape[1],) or b2.shape != (w2.shape[1],):
-        raise ValueError(
-            f"actor parameters do not form dense layers: hidden {w1.shape} + {b1.shape}, logits {w2.shape} + {b2.shape}"
-        )
-    if w2.shape[0] != w1.shape[1]:
-        raise ValueError(f"actor parameters: logits takes {w2.shape[0]} inputs, hidden has {w1.shape[1]} units")
-    return w1, b1, w2, b2
+def _checked(label: str, value: Any) -> np.ndarray:
+    value = np.asarray(value)
+    if not np.issubdtype(value.dtype, np.floating):
+        raise ValueError(f"actor parameters: {label} is {value.dtype}, not floating point")
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"actor parameters: {label} has non-finite values")
+    return value
+
+
+def _layers(params: Mapping[str, Any] | Sequence[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The dense layers `(kernel (inputs, units), bias (units,))`, input first, of an
+    actor's parameters, checked: `{"hidden": {"kernel", "bias"}, "logits": {"kernel",
+    "bias"}}` (as `gearbox.floo.ppo` keeps them, or wrapped in flax's `{"params": ...}`),
+    or already a sequence of `(kernel, bias)` pairs (a network of another shape written as
+    dense layers, e.g. SAILfish's convolutional actor, `gearbox.sailfish.a2c.dense_layers`)."""
+    if isinstance(params, Mapping):
+        if "params" in params and "hidden" not in params:
+            params = params["params"]
+        pairs = []
+        for layer in ("hidden", "logits"):
+            if layer not in params:
+                raise ValueError(f"actor parameters have no {layer!r} layer (have {sorted(params)})")
+            for name in ("kernel", "bias"):
+                if name not in params[layer]:
+                    raise ValueError(f"actor parameters: {layer} has no {name!r}")
+            pairs.append((layer, params[layer]["kernel"], params[layer]["bias"]))
+    else:
+        pairs = [(f"layer {i}", k, b) for i, (k, b) in enumerate(params)]
+        if len(pairs) < 2:
+            raise ValueError(f"an actor needs at least 2 dense layers (hidden and logits), got {len(pairs)}")
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, (label, kernel, bias) in enumerate(pairs):
+        w, b = _checked(f"{label}.kernel", kernel), _checked(f"{label}.bias", bias)
+        if w.ndim != 2 or b.shape != (w.shape[1],):
+            raise ValueError(f"actor parameters: {label} is not a dense layer: kernel {w.shape} + bias {b.shape}")
+        if out and w.shape[0] != out[-1][0].shape[1]:
+            raise ValueError(
+                f"actor parameters: {label} takes {w.shape[0]} inputs, "
+                f"{pairs[i - 1][0]} has {out[-1][0].shape[1]} units"
+            )
+        out.append((w, b))
+    return out
 
 
 def _floats(a: np.ndarray) -> list:
@@ -81,7 +98,7 @@ def _floats(a: np.ndarray) -> list:
 
 
 def actor_to_json(
-    params: Mapping[str, Any],
+    params: Mapping[str, Any] | Sequence[tuple[Any, Any]],
     feature_names: Sequence[str],
     class_names: Sequence[str],
     info: Mapping[str, Any] | None = None,
@@ -89,14 +106,15 @@ def actor_to_json(
     negative_slope: float = 0.01,
 ) -> dict:
     """The `gearbox-mlp` document of an actor (module docstring)."""
-    w1, b1, w2, b2 = _layers(params)
+    layers = _layers(params)
+    n_in, n_out = layers[0][0].shape[0], layers[-1][0].shape[1]
     names, classes = list(feature_names), list(class_names)
-    if len(names) != w1.shape[0]:
-        raise ValueError(f"{len(names)} feature names for an actor with {w1.shape[0]} inputs")
+    if len(names) != n_in:
+        raise ValueError(f"{len(names)} feature names for an actor with {n_in} inputs")
     if len(set(names)) != len(names) or not all(names):
         raise ValueError(f"feature names must be unique and non-empty: {names}")
-    if len(classes) != w2.shape[1]:
-        raise ValueError(f"{len(classes)} class names for an actor with {w2.shape[1]} actions")
+    if len(classes) != n_out:
+        raise ValueError(f"{len(classes)} class names for an actor with {n_out} actions")
     if len(classes) < 2 or len(set(classes)) != len(classes):
         raise ValueError(f"class names must be at least 2 and unique: {classes}")
     if not math.isfinite(negative_slope):
@@ -110,16 +128,13 @@ def actor_to_json(
         "num_class": len(classes),
         "feature_names": names,
         "impute": [0.0] * len(names),
-        "layers": [
-            {"weights": _floats(w1), "bias": _floats(b1)},
-            {"weights": _floats(w2), "bias": _floats(b2)},
-        ],
+        "layers": [{"weights": _floats(w), "bias": _floats(b)} for w, b in layers],
         "info": {"classes": classes, **dict(info or {})},
     }
 
 
 def export_actor(
-    params: Mapping[str, Any],
+    params: Mapping[str, Any] | Sequence[tuple[Any, Any]],
     feature_names: Sequence[str],
     out_dir: str | Path,
     class_names: Sequence[str],

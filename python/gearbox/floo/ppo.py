@@ -50,7 +50,7 @@ import json
 import math
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -174,17 +174,32 @@ class Critic(nn.Module):
 # Acting in NumPy (evaluation; the rule the Rust evaluator follows)
 
 
-def actor_logits(params: Params, obs: np.ndarray, negative_slope: float = PPOConfig.negative_slope) -> np.ndarray:
+def actor_logits(
+    params: Params | Sequence[tuple[np.ndarray, np.ndarray]],
+    obs: np.ndarray,
+    negative_slope: float = PPOConfig.negative_slope,
+) -> np.ndarray:
     """The actor's logits for one observation (shape (actions,)) or a batch (rows), in
-    float64."""
+    float64. `params`: the actor's (`hidden`, `logits`), or a sequence of dense layers
+    `(kernel, bias)`, input first, Leaky ReLU after all but the last (the exported file's
+    rule; e.g. SAILfish's convolutional actor, `gearbox.sailfish.a2c.dense_layers`)."""
     x = np.asarray(obs, dtype=np.float64)
+    if not isinstance(params, dict):
+        layers = list(params)
+        for i, (kernel, bias) in enumerate(layers):
+            x = x @ np.asarray(kernel, np.float64) + np.asarray(bias, np.float64)
+            if i < len(layers) - 1:
+                x = np.where(x >= 0.0, x, negative_slope * x)
+        return x
     h = x @ np.asarray(params["hidden"]["kernel"], np.float64) + np.asarray(params["hidden"]["bias"], np.float64)
     h = np.where(h >= 0.0, h, negative_slope * h)
     return h @ np.asarray(params["logits"]["kernel"], np.float64) + np.asarray(params["logits"]["bias"], np.float64)
 
 
 def action_probabilities(
-    params: Params, obs: np.ndarray, negative_slope: float = PPOConfig.negative_slope
+    params: Params | Sequence[tuple[np.ndarray, np.ndarray]],
+    obs: np.ndarray,
+    negative_slope: float = PPOConfig.negative_slope,
 ) -> np.ndarray:
     """The policy: softmax of `actor_logits`."""
     z = actor_logits(params, obs, negative_slope)
@@ -193,7 +208,7 @@ def action_probabilities(
 
 
 def act(
-    params: Params,
+    params: Params | Sequence[tuple[np.ndarray, np.ndarray]],
     obs: np.ndarray,
     greedy: bool = True,
     *,

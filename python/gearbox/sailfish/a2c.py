@@ -19,24 +19,48 @@ defaults of `A2CConfig`. What the thesis does not give is written here with its 
 * **Batch.** One page load per update by default (`episodes_per_update`), as each of
   Pensieve's agents sends the gradient of one batch of its own experience; SAILfish's
   ~7,000 epochs are then ~7,000 updates.
-* **Networks.** Actor and critic are the PPO file's (`gearbox.floo.ppo.Actor`, `Critic`:
-  one hidden layer, Leaky ReLU) with `hidden_units` = 128, the width of SAILfish's merged
-  layer, so the actor exports to the same dense-network format the data plane evaluates.
-  SAILfish's 1-D convolution over each path's recent RTTs is not used: the RTT history is
-  part of the flat input instead (the SAILfish issue's closing note carries the measured
-  comparison or says it is missing).
+* **Networks** (`A2CConfig.network`). `"mlp"`: the PPO file's actor and critic
+  (`gearbox.floo.ppo.Actor`, `Critic`: one hidden layer, Leaky ReLU) over the flat
+  observation, the RTT history being 8 of each path's inputs, with `hidden_units` = 128,
+  the width of SAILfish's merged layer. `"conv"`: SAILfish §5.1.2 as written, after
+  Pensieve: a 1-D convolution (`conv_filters` filters of `conv_kernel` samples, no
+  padding, Leaky ReLU) over each path's recent RTTs (`conv_inputs`: the columns of each
+  path's history, oldest first), its outputs flattened and merged with the other inputs
+  into the 128-unit layer (`ConvActor`, `ConvCritic`: actor and critic have the same
+  structure, each its own weights). One convolution serves every path (its weights are
+  shared), since an RTT series means the same on either path; Pensieve gives each of its
+  input series its own. Pensieve's 128 filters are not used: the merged layer's inputs
+  (paths x positions x filters) set the decision's cost in Rust, and 8 filters keep it
+  near the issue's 5 µs (docs/sailfish.md "1-D convolution against the MLP").
+* **Export of the convolution** (`dense_layers`). The data plane evaluates dense networks
+  (`gearbox-policy`, format `gearbox-mlp`), and a convolution without padding is a dense
+  layer whose weights are the filter taps placed at each position and zero elsewhere. The
+  inputs that bypass the convolution must reach the merged layer unchanged through that
+  layer's Leaky ReLU: each goes through two units, +x and -x, since
+  `leaky_relu(x) - leaky_relu(-x) = (1 + slope) x` for every x, so the merged layer takes
+  its weight divided by (1 + slope) from the first and the negated weight from the second.
+  The exported actor is then three dense layers, exactly the trained function (up to
+  rounding), and every consumer of the format (the Rust gear, `predict_json`, the
+  benchmarks) runs it unchanged. Rejected: a convolution layer in `gearbox-policy`, which
+  would save the first layer's zero weights (~4k of ~20k multiply-adds) but add a second
+  layer kind, its file format and its own test vectors to the data plane.
 
-Evaluation runs without JAX: `gearbox.floo.ppo.act` (NumPy) on the actor's parameters.
+Rollouts and evaluation run without JAX: `gearbox.floo.ppo.act` (NumPy) on the actor's
+dense layers (`dense_layers`), the rule the exported file follows.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import flax.linen as nn
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -44,6 +68,10 @@ import numpy as np
 import optax
 
 from gearbox.floo.ppo import Actor, Critic, Params, act, save_params
+
+NETWORKS = ("mlp", "conv")
+# A network written as dense layers, input first: (kernel (inputs, units), bias (units,)).
+DenseLayers = list[tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -63,13 +91,41 @@ class A2CConfig:
     # Use the environment's per-decision eq. 4.1 rewards (info["decision_rewards"]) when it
     # gives them; otherwise the step rewards.
     decision_rewards: bool = True
+    # The network (module docs): "mlp" (flat input) or "conv" (SAILfish §5.1.2: a 1-D
+    # convolution over each sequence of `conv_inputs`, e.g. each path's RTT history, oldest
+    # first, merged with the other inputs into the hidden layer).
+    network: str = "mlp"
+    conv_inputs: tuple[tuple[int, ...], ...] = ()
+    conv_filters: int = 8
+    conv_kernel: int = 4  # Pensieve's filter size
 
-    def check(self) -> None:
-        """Refuse values A2C cannot run with, naming the field."""
-        for name in ("hidden_units", "episodes_per_update"):
+    def check(self, obs_dim: int | None = None) -> None:
+        """Refuse values A2C cannot run with, naming the field (`obs_dim`: also check the
+        convolution's inputs against an observation of that size)."""
+        for name in ("hidden_units", "episodes_per_update", "conv_filters", "conv_kernel"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"A2CConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.network not in NETWORKS:
+            raise ValueError(f"A2CConfig.network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
+        if self.network == "conv":
+            seqs = self.conv_inputs
+            if not seqs or not all(isinstance(q, tuple | list) and q for q in seqs):
+                raise ValueError("A2CConfig.conv_inputs must name the inputs of at least one sequence")
+            if len({len(q) for q in seqs}) != 1 or len(seqs[0]) < self.conv_kernel:
+                raise ValueError(
+                    f"A2CConfig.conv_inputs: every sequence must have the same length, at least conv_kernel "
+                    f"({self.conv_kernel}); got lengths {[len(q) for q in seqs]}"
+                )
+            flat = [j for q in seqs for j in q]
+            if not all(isinstance(j, int) and j >= 0 for j in flat) or len(set(flat)) != len(flat):
+                raise ValueError(f"A2CConfig.conv_inputs must be distinct input indices >= 0, got {seqs!r}")
+            if obs_dim is not None and max(flat) >= obs_dim:
+                raise ValueError(f"A2CConfig.conv_inputs: input {max(flat)} is outside the {obs_dim}-value observation")
+            if not 1.0 + self.negative_slope > 0.0:
+                raise ValueError(
+                    f"A2CConfig.negative_slope must be > -1 with the conv network, got {self.negative_slope}"
+                )
         for name in ("actor_lr", "critic_lr", "max_grad_norm"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -92,9 +148,14 @@ class A2CResult:
     config: A2CConfig
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    obs_dim: int = 0
+
+    def actor_layers(self) -> DenseLayers:
+        """The actor as dense layers: what is exported and what `act` runs."""
+        return dense_layers(self.actor_params, self.config, self.obs_dim)
 
     def act(self, obs: np.ndarray, greedy: bool = True, rng: np.random.Generator | None = None) -> Any:
-        return act(self.actor_params, obs, greedy, negative_slope=self.config.negative_slope, rng=rng)
+        return act(self.actor_layers(), obs, greedy, negative_slope=self.config.negative_slope, rng=rng)
 
     def save(self, path):
         return save_params(path, self.actor_params, self.critic_params, config=self.config)
@@ -110,9 +171,117 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# SAILfish §5.1.2's networks: a 1-D convolution over each path's RTT history
+
+
+def _other_inputs(conv_inputs: tuple[tuple[int, ...], ...], obs_dim: int) -> list[int]:
+    """The inputs that are not in a sequence, in order: they bypass the convolution."""
+    in_sequences = {j for q in conv_inputs for j in q}
+    return [j for j in range(obs_dim) if j not in in_sequences]
+
+
+def _conv_hidden(x: jax.Array, config: A2CConfig) -> jax.Array:
+    """The body both networks share in structure (called inside their `nn.compact`):
+    `rtt_conv` over each sequence (one set of filters for all), Leaky ReLU, flattened as
+    (sequence, position, filter), then the other inputs, into `hidden` and its Leaky ReLU."""
+    seqs = np.asarray(config.conv_inputs, np.int32)
+    n_seq, length = seqs.shape
+    windows = x[:, seqs.reshape(-1)].reshape(x.shape[0] * n_seq, length, 1)
+    conv = nn.Conv(
+        config.conv_filters,
+        (config.conv_kernel,),
+        padding="VALID",
+        kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
+        name="rtt_conv",
+    )
+    c = nn.leaky_relu(conv(windows), negative_slope=config.negative_slope).reshape(x.shape[0], -1)
+    rest = x[:, np.asarray(_other_inputs(config.conv_inputs, x.shape[1]), np.int32)]
+    h = nn.Dense(config.hidden_units, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), name="hidden")(
+        jnp.concatenate([c, rest], axis=1)
+    )
+    return nn.leaky_relu(h, negative_slope=config.negative_slope)
+
+
+class ConvActor(nn.Module):
+    """State -> one logit per path: the convolutional body, then Dense(actions) (initialised
+    small, as the PPO file's actor, so the first page loads explore every path)."""
+
+    num_actions: int
+    config: A2CConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = _conv_hidden(x, self.config)
+        return nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="logits")(h)
+
+
+class ConvCritic(nn.Module):
+    """State -> V(state): the convolutional body (its own weights), then Dense(1)."""
+
+    config: A2CConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = _conv_hidden(x, self.config)
+        return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), name="value")(h)[..., 0]
+
+
+def dense_layers(actor_params: Params, config: A2CConfig, obs_dim: int) -> DenseLayers:
+    """The actor as dense layers in float64 (module docs, "Export of the convolution"):
+    for "mlp" its two layers as they are; for "conv" three, computing the same function.
+
+    Layer 1 (obs_dim -> S*P*F + 2*R units): unit (s, p, f) has filter f's taps on the
+    inputs `conv_inputs[s][p:p + K]` and its bias; the R other inputs get a +1 and a -1
+    unit each. Layer 2 is `hidden`, its rows for the other inputs split over their two
+    units as +w / (1 + slope) and -w / (1 + slope). Layer 3 is `logits`."""
+    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    hidden, logits = actor_params["hidden"], actor_params["logits"]
+    if config.network == "mlp":
+        return [(f64(hidden["kernel"]), f64(hidden["bias"])), (f64(logits["kernel"]), f64(logits["bias"]))]
+    config.check(obs_dim)
+    seqs = np.asarray(config.conv_inputs)
+    n_seq, length = seqs.shape
+    taps, f = f64(actor_params["rtt_conv"]["kernel"]), config.conv_filters
+    if taps.shape != (config.conv_kernel, 1, f):
+        raise ValueError(f"rtt_conv kernel is {taps.shape}, the config says {(config.conv_kernel, 1, f)}")
+    positions = length - config.conv_kernel + 1
+    n_conv = n_seq * positions * f
+    other = _other_inputs(config.conv_inputs, obs_dim)
+    wh = f64(hidden["kernel"])
+    if wh.shape[0] != n_conv + len(other):
+        raise ValueError(
+            f"hidden takes {wh.shape[0]} inputs, the convolution and the others give {n_conv + len(other)}"
+        )
+    w1 = np.zeros((obs_dim, n_conv + 2 * len(other)))
+    b1 = np.zeros(n_conv + 2 * len(other))
+    for s_ in range(n_seq):
+        for p in range(positions):
+            unit = (s_ * positions + p) * f
+            for k in range(config.conv_kernel):
+                w1[seqs[s_, p + k], unit : unit + f] = taps[k, 0, :]
+            b1[unit : unit + f] = f64(actor_params["rtt_conv"]["bias"])
+    for r, j in enumerate(other):
+        w1[j, n_conv + 2 * r] = 1.0
+        w1[j, n_conv + 2 * r + 1] = -1.0
+    w2 = np.zeros((n_conv + 2 * len(other), wh.shape[1]))
+    w2[:n_conv] = wh[:n_conv]
+    w2[n_conv::2] = wh[n_conv:] / (1.0 + config.negative_slope)
+    w2[n_conv + 1 :: 2] = -wh[n_conv:] / (1.0 + config.negative_slope)
+    return [(w1, b1), (w2, f64(hidden["bias"])), (f64(logits["kernel"]), f64(logits["bias"]))]
+
+
+def networks(config: A2CConfig, num_actions: int) -> tuple[nn.Module, nn.Module]:
+    """(actor, critic) flax modules of `config.network`."""
+    if config.network == "conv":
+        return ConvActor(num_actions, config), ConvCritic(config)
+    return Actor(num_actions, config.hidden_units, config.negative_slope), Critic(
+        config.hidden_units, config.negative_slope
+    )
+
+
 def _learner(config: A2CConfig, obs_dim: int, num_actions: int):
-    actor = Actor(num_actions, config.hidden_units, config.negative_slope)
-    critic = Critic(config.hidden_units, config.negative_slope)
+    actor, critic = networks(config, num_actions)
 
     def adam(lr: float) -> optax.GradientTransformation:
         return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr))
@@ -176,7 +345,7 @@ def train(
     `seconds`, `mean_return` (undiscounted, of the update's episodes), `entropy_weight`,
     `entropy`, `value_loss`, and `info/<key>`, the mean of each number the env put in its
     episodes' last `info` (e.g. `info/mean_stream_ms`)."""
-    config.check()
+    config.check(env.observation_space.shape[0] if isinstance(env.observation_space, gym.spaces.Box) else None)
     if not (isinstance(epochs, int) and epochs >= 1):
         raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
     if not isinstance(env.action_space, gym.spaces.Discrete):
@@ -196,7 +365,7 @@ def train(
     steps = episode = 0
     for u in range(updates):
         batch_obs, batch_actions, batch_returns, totals, infos = [], [], [], [], {}
-        actor_np = jax.tree_util.tree_map(np.asarray, state[0])
+        actor_np = dense_layers(jax.tree_util.tree_map(np.asarray, state[0]), config, obs_space.shape[0])
         for _ in range(config.episodes_per_update):
             obs, _ = env.reset(seed=seed + episode)
             episode += 1
@@ -245,4 +414,88 @@ def train(
         if on_update is not None and on_update(record) is False:
             break
     to_np = lambda tree: jax.tree_util.tree_map(np.asarray, tree)  # noqa: E731
-    return A2CResult(to_np(state[0]), to_np(state[1]), config, history, time.perf_counter() - start)
+    return A2CResult(to_np(state[0]), to_np(state[1]), config, history, time.perf_counter() - start, obs_space.shape[0])
+
+
+# ---------------------------------------------------------------------------------------
+# The shipped test vector of the convolutional actor
+
+VECTOR_SET = "j_sailfish_conv_actor"
+
+
+def write_test_vector(out_dir: Path, seed: int = 20261126, rows: int = 200, hidden_units: int = 32) -> list[Path]:
+    """A `ConvActor` for two paths of SAILfish's observation (`gearbox.sim.paths`: 17
+    inputs per path, 8 of them its RTT history, and 2 for the stream) with random weights
+    (the merged layer narrowed to `hidden_units` to keep the file small; the structure is
+    the trained one's), exported as dense layers (`dense_layers`), and JAX's own float32
+    forward pass of the flax module on `rows` rows: values in [-1, 4] (the env's lie in
+    [0, 10]; negatives exercise the +x / -x units of the inputs that bypass the
+    convolution), some exactly 0, ~10% missing (NaN, which the file's `impute` makes 0;
+    JAX is given 0). `cargo test -p gearbox-policy --test vectors` compares the Rust
+    forward pass of the file with these outputs."""
+    from gearbox.floo.export import _f32_text, export_actor
+    from gearbox.sailfish.train import rtt_history_inputs
+    from gearbox.sim.paths import feature_names
+
+    names = feature_names(2)
+    config = A2CConfig(hidden_units=hidden_units, network="conv", conv_inputs=rtt_history_inputs(names, 2))
+    actor = ConvActor(2, config)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.0, 4.0, size=(rows, len(names))).astype(np.float32)
+    x[rng.random(x.shape) < 0.1] = 0.0
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[0, :] = np.nan  # every input missing
+    params = actor.init(jax.random.PRNGKey(seed), jnp.zeros((1, len(names))))["params"]
+    # Weights large enough that the logits spread (a fresh actor's output layer is ~0.01),
+    # which would hide a wrong tap, position or sign.
+    params = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), params)
+    params["logits"]["kernel"] = (rng.normal(size=params["logits"]["kernel"].shape) / 4).astype(np.float32)
+    params["rtt_conv"]["bias"] = rng.normal(scale=0.5, size=config.conv_filters).astype(np.float32)
+    zero_filled = np.nan_to_num(x, nan=0.0)
+    # Centre the logits over these rows, so that either path is the greedy choice of some.
+    logits = np.asarray(actor.apply({"params": params}, jnp.asarray(zero_filled)), np.float32)
+    params["logits"]["bias"] = (params["logits"]["bias"] - logits.mean(axis=0)).astype(np.float32)
+    logits = np.asarray(actor.apply({"params": params}, jnp.asarray(zero_filled)), np.float32)
+    probabilities = np.asarray(jax.nn.softmax(jnp.asarray(logits)), np.float32)
+    info = {"purpose": "test vector: random weights, not a trained policy", "seed": seed, "jax": jax.__version__}
+    classes = ["path0", "path1"]
+    model = export_actor(
+        dense_layers(params, config, len(names)),
+        names,
+        out_dir,
+        classes,
+        info,
+        negative_slope=config.negative_slope,
+        model_version=f"test-vectors-{VECTOR_SET}-1",
+        name=VECTOR_SET,
+    )
+    cases = {
+        "set": VECTOR_SET,
+        "features": names,
+        "rows": [[_f32_text(v) for v in row] for row in x.tolist()],
+        "predict": probabilities.tolist(),
+        "output_margin": logits.tolist(),
+        "class": np.argmax(logits, axis=1).tolist(),
+    }
+    cases_path = Path(out_dir) / f"{VECTOR_SET}.cases.json"
+    cases_path.write_text(json.dumps(cases, separators=(",", ":")) + "\n")
+    return [model, model.with_name(f"{VECTOR_SET}.meta.json"), cases_path]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="SAILfish A2C: write the convolutional actor's shipped test vector")
+    ap.add_argument("--test-vector", action="store_true", help=f"write {VECTOR_SET}.* (random actor, JAX outputs)")
+    ap.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path(__file__).resolve().parents[3] / "crates/gearbox-policy/tests/vectors",
+    )
+    args = ap.parse_args(argv)
+    if not args.test_vector:
+        ap.error("nothing to do: give --test-vector")
+    for path in write_test_vector(args.out_dir):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,12 @@ the test pages', `gearbox.sailfish.scenarios`) over one of the training path pai
 and around them; the Table 5.2 pairs themselves and the evaluation's held-apart pairs are
 not trained on); every stream's path chosen by the policy, rewarded by eq. 4.1.
 
+`--network` picks the actor and critic (`gearbox.sailfish.a2c`): `mlp`, one hidden layer
+over all the inputs (the shipped policy), or `conv`, SAILfish §5.1.2's 1-D convolution
+over each path's RTT history merged with the other inputs into the 128-unit layer. Both
+export to the same dense-network format (the convolution as an equivalent dense layer,
+`gearbox.sailfish.a2c.dense_layers`), so the client's gear runs either.
+
 Output in `--out` (default `models/sailfish`): `policy.json` + `policy.meta.json` (the
 actor and its sidecar: the observation's feature names and the path indices as classes),
 `a2c.npz` (actor and critic), `pairs.json` (the training pairs: the sidecar's
@@ -25,7 +31,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from gearbox.sailfish.a2c import A2CConfig
+from gearbox.sailfish.a2c import NETWORKS, A2CConfig
 from gearbox.sailfish.scenarios import TEST_PAGE_SEED_START, sample_pairs
 
 TRAIN_PAIR_SEED = 20261126
@@ -68,6 +74,17 @@ def plot(history: list[dict], out: Path) -> Path | None:
     return path
 
 
+def rtt_history_inputs(names: list[str], paths: int) -> tuple[tuple[int, ...], ...]:
+    """The observation's columns of each path's sRTT history, oldest first (the inputs of
+    the conv network's convolution, SAILfish §5.1.2)."""
+    out = []
+    for i in range(paths):
+        cols = [j for j, n in enumerate(names) if n.startswith(f"p{i}_srtt_hist")]
+        cols.sort(key=lambda j: int(names[j].removeprefix(f"p{i}_srtt_hist").split("_")[0]))
+        out.append(tuple(cols))
+    return tuple(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = os.environ.get("GEARBOX_LEARN_PROG", "gearbox learn sailfish")
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
@@ -87,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entropy-start", type=float, default=1.0, help="entropy weight at the start (SAILfish: 10)")
     ap.add_argument("--entropy-end", type=float, default=0.01, help="entropy weight at the end")
     ap.add_argument("--episodes-per-update", type=int, default=4, help="page loads per update (SAILfish: 1)")
+    ap.add_argument(
+        "--network",
+        choices=NETWORKS,
+        default="mlp",
+        help="mlp: one hidden layer over all inputs (the shipped policy); conv: SAILfish §5.1.2's 1-D convolution "
+        "over each path's RTT history, merged with the other inputs into the hidden layer",
+    )
+    ap.add_argument("--conv-filters", type=int, default=A2CConfig.conv_filters, help="with --network conv")
+    ap.add_argument(
+        "--conv-kernel", type=int, default=A2CConfig.conv_kernel, help="with --network conv: taps per filter"
+    )
     ap.add_argument("--out", type=Path, default=Path("models/sailfish"))
     args = ap.parse_args(argv)
     if args.epochs < 1:
@@ -118,15 +146,20 @@ def main(argv: list[str] | None = None) -> int:
             )
         return deadline is None or time.monotonic() < deadline
 
+    names = feature_names(env.n_paths)
     config = A2CConfig(
         actor_lr=args.actor_lr,
         critic_lr=args.critic_lr,
         entropy_start=args.entropy_start,
         entropy_end=args.entropy_end,
         episodes_per_update=args.episodes_per_update,
+        network=args.network,
+        conv_inputs=rtt_history_inputs(names, env.n_paths) if args.network == "conv" else (),
+        conv_filters=args.conv_filters,
+        conv_kernel=args.conv_kernel,
     )
     try:
-        config.check()
+        config.check(len(names))
     except ValueError as e:
         ap.error(str(e))
     result = train(env, config, args.epochs, args.seed, on_update=report)
@@ -142,10 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         "train_pages": args.train_pages,
         "pairs": len(pairs),
         "config": asdict(result.config),
+        "network": result.config.network,
     }
     model = export_actor(
-        result.actor_params,
-        feature_names(env.n_paths),
+        result.actor_layers(),
+        names,
         args.out,
         [f"path{i}" for i in range(env.n_paths)],
         info,

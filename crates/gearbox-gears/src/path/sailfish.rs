@@ -10,7 +10,9 @@
 //!
 //! Action (§4.2.1.2): the path. The policy is the A2C actor (`gearbox learn sailfish`),
 //! a dense network with a softmax over the paths (`policy.json` + sidecar, evaluated by
-//! `gearbox-policy`), used greedily.
+//! `gearbox-policy`), used greedily. SAILfish §5.1.2's 1-D convolution over each path's
+//! RTT history (`--network conv`) reaches this gear as dense layers too: the exporter
+//! writes the convolution as the equivalent dense layer (`gearbox.sailfish.a2c`).
 //!
 //! Safe by default (docs/architecture.md principle 6): a model whose features are not
 //! [`feature_names`] for the client's number of paths (a policy trained for two paths
