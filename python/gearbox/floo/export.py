@@ -34,7 +34,7 @@ import argparse
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,22 +265,38 @@ def write_test_vector(out_dir: Path, seed: int = 20261201, rows: int = 200) -> l
         model_version=f"test-vectors-{VECTOR_SET}-1",
         name=VECTOR_SET,
     )
+    return write_vector_cases(out_dir, VECTOR_SET, list(OBS_NAMES), x, logits, probabilities, model)
+
+
+def write_vector_cases(
+    out_dir: Path,
+    set_name: str,
+    features: list[str],
+    x: np.ndarray,
+    logits: np.ndarray,
+    probabilities: np.ndarray,
+    model: Path,
+) -> list[Path]:
+    """The cases of an exported actor's test vector (`SET.cases.json`: the rows as float32
+    decimals, NaN as null, and JAX's outputs on them), which `gearbox-policy`'s vector tests
+    replay in Rust; returns the set's three files (model, meta, cases)."""
     cases = {
-        "set": VECTOR_SET,
-        "features": list(OBS_NAMES),
+        "set": set_name,
+        "features": features,
         "rows": [[_f32_text(v) for v in row] for row in x.tolist()],
         "predict": probabilities.tolist(),
         "output_margin": logits.tolist(),
         "class": np.argmax(logits, axis=1).tolist(),
     }
-    cases_path = out_dir / f"{VECTOR_SET}.cases.json"
+    cases_path = Path(out_dir) / f"{set_name}.cases.json"
     cases_path.write_text(json.dumps(cases, separators=(",", ":")) + "\n")
-    return [model, model.with_name(f"{VECTOR_SET}.meta.json"), cases_path]
+    return [model, model.with_name(f"{set_name}.meta.json"), cases_path]
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Floo actor export: write the shipped test vector")
-    ap.add_argument("--test-vector", action="store_true", help=f"write {VECTOR_SET}.* (random actor, JAX outputs)")
+def vector_main(argv: list[str] | None, description: str, set_name: str, write: Callable[[Path], list[Path]]) -> None:
+    """The command that rewrites a shipped test vector: `--test-vector [--out-dir DIR]`."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--test-vector", action="store_true", help=f"write {set_name}.* (random actor, JAX outputs)")
     ap.add_argument(
         "--out-dir",
         type=Path,
@@ -289,8 +305,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.test_vector:
         ap.error("nothing to do: give --test-vector")
-    for path in write_test_vector(args.out_dir):
+    for path in write(args.out_dir):
         print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    vector_main(argv, "Floo actor export: write the shipped test vector", VECTOR_SET, write_test_vector)
 
 
 if __name__ == "__main__":

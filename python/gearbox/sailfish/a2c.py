@@ -51,8 +51,6 @@ dense layers (`dense_layers`), the rule the exported file follows.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from collections.abc import Callable
@@ -433,7 +431,7 @@ def write_test_vector(out_dir: Path, seed: int = 20261126, rows: int = 200, hidd
     convolution), some exactly 0, ~10% missing (NaN, which the file's `impute` makes 0;
     JAX is given 0). `cargo test -p gearbox-policy --test vectors` compares the Rust
     forward pass of the file with these outputs."""
-    from gearbox.floo.export import _f32_text, export_actor
+    from gearbox.floo.export import export_actor, write_vector_cases
     from gearbox.sailfish.train import rtt_history_inputs
     from gearbox.sim.paths import feature_names
 
@@ -469,32 +467,15 @@ def write_test_vector(out_dir: Path, seed: int = 20261126, rows: int = 200, hidd
         model_version=f"test-vectors-{VECTOR_SET}-1",
         name=VECTOR_SET,
     )
-    cases = {
-        "set": VECTOR_SET,
-        "features": names,
-        "rows": [[_f32_text(v) for v in row] for row in x.tolist()],
-        "predict": probabilities.tolist(),
-        "output_margin": logits.tolist(),
-        "class": np.argmax(logits, axis=1).tolist(),
-    }
-    cases_path = Path(out_dir) / f"{VECTOR_SET}.cases.json"
-    cases_path.write_text(json.dumps(cases, separators=(",", ":")) + "\n")
-    return [model, model.with_name(f"{VECTOR_SET}.meta.json"), cases_path]
+    return write_vector_cases(Path(out_dir), VECTOR_SET, names, x, logits, probabilities, model)
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="SAILfish A2C: write the convolutional actor's shipped test vector")
-    ap.add_argument("--test-vector", action="store_true", help=f"write {VECTOR_SET}.* (random actor, JAX outputs)")
-    ap.add_argument(
-        "--out-dir",
-        type=Path,
-        default=Path(__file__).resolve().parents[3] / "crates/gearbox-policy/tests/vectors",
+    from gearbox.floo.export import vector_main
+
+    vector_main(
+        argv, "SAILfish A2C: write the convolutional actor's shipped test vector", VECTOR_SET, write_test_vector
     )
-    args = ap.parse_args(argv)
-    if not args.test_vector:
-        ap.error("nothing to do: give --test-vector")
-    for path in write_test_vector(args.out_dir):
-        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
