@@ -332,6 +332,11 @@ impl Switchable {
         }
         self.pending = None;
         let rec = self.apply(now, req, waited);
+        // The status names the new controller before the switch is counted: a switch
+        // applied in `on_sent` would otherwise show in `switches()` beside the old
+        // controller's status until the next ACK frame (which an idle connection may
+        // not get for long).
+        self.write_status(&mut lock(&self.handle.0.status));
         self.handle.record(&rec);
     }
 
@@ -376,24 +381,28 @@ impl Switchable {
         // try_lock: a reader holding the lock costs this ACK frame its update, never a
         // wait on the connection's path.
         if let Ok(mut status) = self.handle.0.status.try_lock() {
-            let rate = self.algorithm.sending_rate(&self.path);
-            match status.as_mut() {
-                Some(s) => {
-                    s.cca = self.cca;
-                    s.phase = self.algorithm.phase_name();
-                    s.cwnd = self.algorithm.window();
-                    s.pacing_rate = rate.pacing_rate;
-                    s.path.clone_from(&self.path);
-                }
-                None => {
-                    *status = Some(ControllerStatus {
-                        cca: self.cca,
-                        phase: self.algorithm.phase_name(),
-                        cwnd: self.algorithm.window(),
-                        pacing_rate: rate.pacing_rate,
-                        path: self.path.clone(),
-                    })
-                }
+            self.write_status(&mut status);
+        }
+    }
+
+    fn write_status(&self, status: &mut Option<ControllerStatus>) {
+        let rate = self.algorithm.sending_rate(&self.path);
+        match status.as_mut() {
+            Some(s) => {
+                s.cca = self.cca;
+                s.phase = self.algorithm.phase_name();
+                s.cwnd = self.algorithm.window();
+                s.pacing_rate = rate.pacing_rate;
+                s.path.clone_from(&self.path);
+            }
+            None => {
+                *status = Some(ControllerStatus {
+                    cca: self.cca,
+                    phase: self.algorithm.phase_name(),
+                    cwnd: self.algorithm.window(),
+                    pacing_rate: rate.pacing_rate,
+                    path: self.path.clone(),
+                })
             }
         }
     }
@@ -588,5 +597,27 @@ mod tests {
             (SwitchMode::Part, 0.0, 24_000)
         );
         assert_eq!(c.path().sent, 1200, "connection-level state carries over");
+    }
+
+    #[test]
+    fn the_status_names_the_new_controller_once_the_switch_is_counted() {
+        // A switch applied while sending (no ACK frame after it): what the admin port
+        // lists must not show the count of the new controller beside the old one's name.
+        let t0 = Instant::now();
+        let handle = SwitchHandle::new();
+        let mut c = Switchable::new(
+            Arc::new(CcConfig::default()),
+            Cca::NewReno,
+            24_000,
+            handle.clone(),
+            t0,
+            1200,
+        );
+        c.on_end_acks(t0, 0, false, None);
+        assert_eq!(handle.status().map(|s| s.cca), Some(Cca::NewReno));
+        handle.switch_to(Cca::Cubic, SwitchMode::Part);
+        c.on_sent(t0, 1200, 0);
+        assert_eq!(handle.switches(), 1);
+        assert_eq!(handle.status().map(|s| s.cca), Some(Cca::Cubic));
     }
 }
