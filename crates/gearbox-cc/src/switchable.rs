@@ -535,6 +535,18 @@ mod tests {
         seen
     }
 
+    /// NewReno with a 24,000-byte initial window and 1,200-byte packets, switched by `handle`.
+    fn newreno_24k(handle: &SwitchHandle, t0: Instant) -> Switchable {
+        Switchable::new(
+            Arc::new(CcConfig::default()),
+            Cca::NewReno,
+            24_000,
+            handle.clone(),
+            t0,
+            1200,
+        )
+    }
+
     fn outcomes(seen: &Mutex<Vec<SwitchRecord>>) -> Vec<(Cca, Cca, SwitchOutcome)> {
         seen.lock().unwrap().iter().map(|r| (r.from, r.to, r.outcome)).collect()
     }
@@ -579,14 +591,7 @@ mod tests {
         let t0 = Instant::now();
         let handle = SwitchHandle::new();
         let seen = collecting(&handle);
-        let mut c = Switchable::new(
-            Arc::new(CcConfig::default()),
-            Cca::NewReno,
-            24_000,
-            handle.clone(),
-            t0,
-            1200,
-        );
+        let mut c = newreno_24k(&handle, t0);
         handle.switch_to(Cca::Cubic, SwitchMode::Part);
         c.on_sent(t0, 1200, 0);
         assert_eq!(c.cca(), Cca::Cubic);
@@ -605,14 +610,7 @@ mod tests {
         // lists must not show the count of the new controller beside the old one's name.
         let t0 = Instant::now();
         let handle = SwitchHandle::new();
-        let mut c = Switchable::new(
-            Arc::new(CcConfig::default()),
-            Cca::NewReno,
-            24_000,
-            handle.clone(),
-            t0,
-            1200,
-        );
+        let mut c = newreno_24k(&handle, t0);
         c.on_end_acks(t0, 0, false, None);
         assert_eq!(handle.status().map(|s| s.cca), Some(Cca::NewReno));
         handle.switch_to(Cca::Cubic, SwitchMode::Part);

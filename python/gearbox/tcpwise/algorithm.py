@@ -129,8 +129,7 @@ def decision_making(
     rivals = ", ".join(f"IW {iw} {_ms(p[iw])}" for iw in others)
     head = f"IW {winner} {pname} {_ms(p[winner])} {'= (smallest of a tie)' if tie else '<'} {rivals} (n = {n})"
     if winner != by_p[0]:
-        lead = by_p[0]
-        y = next(w for iw, w in guarded if iw == lead)
+        lead, y = guarded[0]
         head = (
             f"IW {lead} {pname} {_ms(p[lead])} is least, but loss guard: IW {lead} lost {lost[lead]:.1f} packets per"
             f" response against IW {y}'s {lost[y]:.1f}, more than {config.loss_guard_share:g} × the {lead - y} extra;"

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gearbox.lab.collect import read_records
 from gearbox.lab.runner import run_file
 from gearbox.stats import percentile
 from gearbox.tcpwise.evaluate import Condition, latency_ms, write_workload
@@ -71,25 +72,13 @@ def lab_scenario(c: Condition, iws: Sequence[int], tables: Path, duration_s: flo
     return "\n".join(lines)
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(r, dict) and "event" not in r:
-            out.append(r)
-    return out
-
-
 def measure_iw(runs: Path, iw: int) -> dict[str, Any]:
     """The p80s of policy `iw<N>`'s runs, after checking that the kernel applied N."""
     client: list[dict[str, Any]] = []
     edge: list[dict[str, Any]] = []
     for run in sorted(runs.glob(f"*-iw{iw}-r*")):
-        client += _records(run / "client.jsonl")
-        edge += _records(run / "edge.jsonl")
+        client += read_records(run / "client.jsonl")
+        edge += read_records(run / "edge.jsonl")
     applied = [r["iw"] for r in edge if isinstance(r.get("iw"), dict)]
     wrong = [a for a in applied if a.get("source") != "kernel" or a.get("iw") != iw]
     if not applied or wrong:

@@ -499,26 +499,26 @@ def main(argv: list[str] | None = None) -> int:
         if any(iw < 3 for iw in a.oracle_iws):
             p.error("--oracle-iws: IWs of at least 3")
         return population.main(a)
+    figures = [f for f in a.figures.split(",") if f and f != "none"]
+    for f in figures:
+        if f not in FIGURES:
+            p.error(f"--figures: unknown figure {f!r}; valid: {', '.join(FIGURES)}")
+    conds = CONDITIONS if a.conditions == "all" else [BASE, *(FIGURES[f] for f in figures)]
+    given_truth = None
+    if a.ground_truth is not None:
+        try:
+            given_truth = json.loads(a.ground_truth.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            p.error(f"--ground-truth {a.ground_truth}: {e}")
     if a.emulator:
         from gearbox.tcpwise import emulate
 
         a.out = a.out or Path("out/tcpwise-emulator")
         if a.emulator_duration_s <= 0 or any(iw < 3 for iw in a.emulator_iws):
             p.error("--emulator-duration-s must be positive and --emulator-iws at least 3")
-        figures = [f for f in a.figures.split(",") if f and f != "none"]
-        unknown = [f for f in figures if f not in FIGURES]
-        if unknown:
-            p.error(f"--figures: unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
-        conds = CONDITIONS if a.conditions == "all" else [BASE, *(FIGURES[f] for f in figures)]
-        simulator = None
-        if a.ground_truth is not None:
-            try:
-                simulator = json.loads(a.ground_truth.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                p.error(f"--ground-truth {a.ground_truth}: {e}")
         result = emulate.run(conds, a.emulator_iws, a.emulator_duration_s, a.seed, a.out)
         (a.out / "ground_truth_emulator.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        text = emulate.report(result, simulator)
+        text = emulate.report(result, given_truth)
         (a.out / "ground_truth_emulator.md").write_text(text, encoding="utf-8")
         if not a.quiet:
             print(text)
@@ -532,10 +532,6 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         p.error(f"--iterations {a.iterations!r}: three positive counts, e.g. 20,20,20")
-    figures = [f for f in a.figures.split(",") if f and f != "none"]
-    for f in figures:
-        if f not in FIGURES:
-            p.error(f"--figures: unknown figure {f!r}; valid: {', '.join(FIGURES)}")
     if a.reps < 1 or a.gt_seconds <= 0 or a.theta <= 0:
         p.error("--reps, --gt-seconds and --theta must be positive")
     config = LearnConfig(
@@ -549,12 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(a.out)
     started = time.perf_counter()
-    conds = CONDITIONS if a.conditions == "all" else [BASE, *(FIGURES[f] for f in figures)]
-    if a.ground_truth is not None:
-        try:
-            truth = json.loads(a.ground_truth.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            p.error(f"--ground-truth {a.ground_truth}: {e}")
+    if given_truth is not None:
+        truth = given_truth
     else:
         gt_rows, truth = ground_truth(conds, a.iws, workload, a.gt_seconds, a.reps, progress=not a.quiet, jobs=a.jobs)
         _write_csv(a.out / "ground_truth.csv", gt_rows)
