@@ -57,10 +57,7 @@ fn main() {
         return fairness_repeat(&args[1..]);
     }
     let want = |t: &str| args.is_empty() || args.iter().any(|a| a == t);
-    if let Err(e) = gearbox_emu::check_environment() {
-        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
-        std::process::exit(1);
-    }
+    require_emulator();
     if want("utilisation") {
         println!("\n### Loss-free utilisation (40 ms RTT, 1-BDP drop-tail buffer, 8 s download)\n");
         println!("| controller | 10 Mbit/s | queue ms | 50 Mbit/s | queue ms |\n|---|---:|---:|---:|---:|");
@@ -185,21 +182,10 @@ fn fairness_repeat(args: &[String]) {
     if ccs.is_empty() {
         fail(usage)
     }
-    if let Err(e) = gearbox_emu::check_environment() {
-        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
-        std::process::exit(1);
-    }
-    let mut got: Vec<Vec<Option<Measured>>> = vec![Vec::new(); ccs.len()];
-    for run in 0..runs {
-        for (i, cc) in ccs.iter().enumerate() {
-            let m = cell(&two_flows(cc));
-            match &m {
-                Some(m) => eprintln!("run {} {cc}: Jain {:.3} RCTs {:?}", run + 1, m.jain(), m.rct_s),
-                None => eprintln!("run {} {cc}: failed", run + 1),
-            }
-            got[i].push(m);
-        }
-    }
+    let got = interleaved(ccs, runs, two_flows, |run, cc, m| match m {
+        Some(m) => eprintln!("run {run} {cc}: Jain {:.3} RCTs {:?}", m.jain(), m.rct_s),
+        None => eprintln!("run {run} {cc}: failed"),
+    });
     println!("\n### Two flows of one controller (10 Mbit/s, 40 ms, 1 BDP), {runs} runs each\n");
     println!("| controller | Jain's index per run | min | mean |\n|---|---|---:|---:|");
     for (cc, ms) in ccs.iter().zip(&got) {
@@ -243,22 +229,14 @@ fn repeat(args: &[String]) {
     if ccs.is_empty() {
         fail(usage)
     }
-    if let Err(e) = gearbox_emu::check_environment() {
-        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
-        std::process::exit(1);
-    }
-    let mut got: Vec<Vec<Option<Measured>>> = vec![Vec::new(); ccs.len()];
-    for run in 0..runs {
-        for (i, cc) in ccs.iter().enumerate() {
-            let m = cell(&Download {
-                loss,
-                seconds,
-                ..Download::quic(cc, mbit, 40.0, bdps)
-            });
-            eprintln!("run {} {cc}: {} queue {} ms", run + 1, pct(&m), queue(&m));
-            got[i].push(m);
-        }
-    }
+    let download = |cc: &str| Download {
+        loss,
+        seconds,
+        ..Download::quic(cc, mbit, 40.0, bdps)
+    };
+    let got = interleaved(&ccs, runs, download, |run, cc, m| {
+        eprintln!("run {run} {cc}: {} queue {} ms", pct(m), queue(m))
+    });
     println!("\n### {mbit} Mbit/s, 40 ms, {bdps} BDP, loss {loss}, {seconds} s download, {runs} runs each\n");
     println!("| controller | utilisation per run | min | mean | mean queue ms |\n|---|---|---:|---:|---:|");
     for (cc, ms) in ccs.iter().zip(&got) {
@@ -278,6 +256,35 @@ fn repeat(args: &[String]) {
             ms.iter().map(pct).collect::<Vec<_>>().join(", ")
         );
     }
+}
+
+/// Exits with the reason when the emulator cannot run here.
+fn require_emulator() {
+    if let Err(e) = gearbox_emu::check_environment() {
+        eprintln!("cc_validate needs root, /dev/net/tun and ip: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `runs` measurements of `download(cc)` for every controller, interleaved (run 1 of
+/// every controller, then run 2, ...) so that a change in the machine's load falls on
+/// all of them alike; `log` sees each one (run numbered from 1) as it ends.
+fn interleaved<C: AsRef<str>>(
+    ccs: &[C],
+    runs: usize,
+    download: impl Fn(&str) -> Download,
+    log: impl Fn(usize, &str, &Option<Measured>),
+) -> Vec<Vec<Option<Measured>>> {
+    require_emulator();
+    let mut got: Vec<Vec<Option<Measured>>> = vec![Vec::new(); ccs.len()];
+    for run in 0..runs {
+        for (i, cc) in ccs.iter().enumerate() {
+            let m = cell(&download(cc.as_ref()));
+            log(run + 1, cc.as_ref(), &m);
+            got[i].push(m);
+        }
+    }
+    got
 }
 
 fn fail(usage: &str) -> ! {
