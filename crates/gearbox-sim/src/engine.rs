@@ -1244,12 +1244,11 @@ impl Sim {
                     SocketAddr::V4(a) => a,
                     SocketAddr::V6(_) => continue,
                 };
-                let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
-                self.busy.insert(link);
-                send_to(
-                    &mut self.paths[link].down,
+                send_down(
+                    &mut self.paths,
+                    &mut self.busy,
+                    self.hosts_per_prefix.is_some(),
                     self.now + self.link_offset,
-                    SERVER,
                     dst,
                     &t,
                     &self.buf,
@@ -1375,16 +1374,14 @@ impl Sim {
                 }
                 Some(DatagramEvent::Response(t)) => {
                     if let SocketAddr::V4(dst) = t.destination {
-                        let buf = self.buf.clone();
-                        let link = link_of(self.paths.len(), self.hosts_per_prefix.is_some(), dst);
-                        self.busy.insert(link);
-                        send_to(
-                            &mut self.paths[link].down,
+                        send_down(
+                            &mut self.paths,
+                            &mut self.busy,
+                            self.hosts_per_prefix.is_some(),
                             self.now + self.link_offset,
-                            SERVER,
                             dst,
                             &t,
-                            &buf,
+                            &self.buf,
                         );
                     }
                 }
@@ -1658,6 +1655,22 @@ fn send(link: &mut Link<BytesMut>, now: Duration, src: SocketAddrV4, t: &quinn_p
 }
 
 /// Puts a transmit's datagrams (several when segmented) on a link.
+/// The server's datagrams of `t` (in `buf`) onto the downlink toward `dst` at link time
+/// `at`, that link marked busy.
+fn send_down(
+    paths: &mut [PathLinks],
+    busy: &mut BTreeSet<usize>,
+    population: bool,
+    at: Duration,
+    dst: SocketAddrV4,
+    t: &quinn_proto::Transmit,
+    buf: &[u8],
+) {
+    let link = link_of(paths.len(), population, dst);
+    busy.insert(link);
+    send_to(&mut paths[link].down, at, SERVER, dst, t, buf);
+}
+
 fn send_to(
     link: &mut Link<BytesMut>,
     now: Duration,
