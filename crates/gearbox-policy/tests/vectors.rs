@@ -247,6 +247,35 @@ fn sidecars_record_labels_and_training_digest() {
     assert_eq!(forest.class_labels(), ["cubic", "bbr", "copa"]);
 }
 
+/// Checks that `model` picks JAX's greedy class on every row of vector set `set` whose two
+/// largest logits are not within float32 rounding of each other; returns (rows compared,
+/// near-ties skipped).
+fn greedy_agrees_with_jax(model: &Model, set: &str) -> (usize, usize) {
+    let cases = read_cases(set);
+    let classes = cases.outputs["class"].as_array().expect("class");
+    let logits = expected(&cases, "output_margin");
+    let (mut agreed, mut ties) = (0, 0);
+    for ((row, want), z) in cases.rows.iter().zip(classes).zip(&logits) {
+        let mut sorted = z.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted[0] - sorted[1] < 1e-4 {
+            ties += 1;
+            continue;
+        }
+        let features = model.row(
+            cases
+                .features
+                .iter()
+                .zip(row)
+                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
+        );
+        let want = want.as_u64().unwrap() as usize;
+        assert_eq!(model.predict_class(&features).unwrap(), want, "{set}: row {row:?}");
+        agreed += 1;
+    }
+    (agreed, ties)
+}
+
 #[test]
 fn floo_actor_matches_jax_softmax_and_logits() {
     // Floo's actor shape (§3.3, Appendix D): 16 -> 200 Leaky ReLU -> softmax over 4
@@ -268,28 +297,7 @@ fn floo_actor_matches_jax_softmax_and_logits() {
 
     // The greedy controller is JAX's argmax, except where two logits are within
     // float32 rounding of each other.
-    let cases = read_cases("i_floo_actor");
-    let classes = cases.outputs["class"].as_array().expect("class");
-    let logits = expected(&cases, "output_margin");
-    let (mut agreed, mut ties) = (0, 0);
-    for ((row, want), z) in cases.rows.iter().zip(classes).zip(&logits) {
-        let features = model.row(
-            cases
-                .features
-                .iter()
-                .zip(row)
-                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
-        );
-        let want = want.as_u64().unwrap() as usize;
-        let mut sorted = z.clone();
-        sorted.sort_by(|a, b| b.total_cmp(a));
-        if sorted[0] - sorted[1] < 1e-4 {
-            ties += 1;
-            continue;
-        }
-        assert_eq!(model.predict_class(&features).unwrap(), want, "row {row:?}");
-        agreed += 1;
-    }
+    let (agreed, ties) = greedy_agrees_with_jax(&model, "i_floo_actor");
     println!("i_floo_actor: greedy class agrees with JAX on {agreed} rows ({ties} near-ties skipped)");
     assert!(agreed >= 190, "{agreed} rows compared");
 }
@@ -311,25 +319,10 @@ fn sailfish_conv_actor_written_as_dense_layers_matches_jax() {
     // 2 paths x 5 positions x 8 filters, and a +x / -x unit pair for each other input.
     assert_eq!(mlp.layer_sizes(), [36, 2 * 5 * 8 + 2 * 20, 32, 2]);
     assert_eq!(model.class_labels(), ["path0", "path1"]);
+    let (agreed, _) = greedy_agrees_with_jax(&model, "j_sailfish_conv_actor");
+    assert!(agreed >= 190, "{agreed} rows compared");
     let cases = read_cases("j_sailfish_conv_actor");
     let classes = cases.outputs["class"].as_array().expect("class");
-    let logits = expected(&cases, "output_margin");
-    let mut agreed = 0;
-    for ((row, want), z) in cases.rows.iter().zip(classes).zip(&logits) {
-        if (z[0] - z[1]).abs() < 1e-4 {
-            continue; // within float32 rounding of a tie
-        }
-        let features = model.row(
-            cases
-                .features
-                .iter()
-                .zip(row)
-                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
-        );
-        assert_eq!(model.predict_class(&features).unwrap(), want.as_u64().unwrap() as usize);
-        agreed += 1;
-    }
-    assert!(agreed >= 190, "{agreed} rows compared");
     // Both paths are chosen on some rows, so a swapped output cannot pass.
     let ones = classes.iter().filter(|c| c.as_u64() == Some(1)).count();
     assert!(ones > 20 && ones < 180, "{ones} rows choose path1");
