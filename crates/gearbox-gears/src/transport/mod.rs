@@ -13,6 +13,10 @@
 //! - [`rollback`]: the Rollback Checker (§III-E), which undoes a switch that made things
 //!   clearly worse.
 //!
+//! Beside them, gearbox's additions for a protocol that breaks while in use (issue 19):
+//! the failover (a failed or stalled request, [`wisetrans`]) and [`jump`], the cost-jump
+//! rule (a protocol whose requests suddenly take many more round trips).
+//!
 //! [`wisetrans::WiseTrans`] puts them together as WiseTrans-v1 (the monitor's output
 //! decides directly, §IV-A1) or WiseTrans-v2 (the monitor's score change triggers live
 //! experiments, §IV-A2). Baselines sit beside it (docs/architecture.md, principle 3
@@ -39,6 +43,7 @@
 //! blocked UDP steer requests to another.
 
 pub mod features;
+pub mod jump;
 pub mod monitor;
 pub mod oracle;
 pub mod probe;
@@ -243,6 +248,28 @@ pub struct TransportConfig {
     /// evidence the monitor gets, and waiting for the model or the checker's 10 s
     /// interval on a blocked protocol fails (or stalls) every request until then.
     pub switch_on_failure: bool,
+    /// WiseTrans-v1 and v2 leave the current protocol at once when the median of its
+    /// latest three requests, in round trips, exceeds `cost_jump_factor` times both its
+    /// own history in the window before them and the other protocol's last known
+    /// requests ([`jump`]), outside an exploration or verification, at most once per
+    /// `min_dwell_ms` (shared with the failover); the switch goes on probation with the
+    /// Rollback Checker. Why: a rate-limited protocol answers slowly instead of failing,
+    /// so the failover does not act, and in the lab the model did not see it either
+    /// (docs/wisetrans.md, `block` class).
+    pub switch_on_cost_jump: bool,
+    /// The cost-jump rule's factor (2: the Rollback Checker's early verdict's,
+    /// [`rollback::EARLY_FACTOR`]; a change the path's noise does not make in two of
+    /// three requests).
+    pub cost_jump_factor: f64,
+    /// WiseTrans-v2: after an exploration whose loser was clearly worse (its value over
+    /// twice the winner's, or an early verdict, [`probe`]), the next score-triggered
+    /// exploration waits twice as long as the one before (`min_explore_interval_ms` x 2,
+    /// x 4, at most x `explore_backoff_max`); an exploration that finds the two close
+    /// resets it, and a new path or origin explores at once as before. Why: on a path
+    /// where one protocol is throttled each exploration sends half a click burst through
+    /// the throttle (docs/wisetrans.md, `block` class); the doubling is Chromium's for a
+    /// broken QUIC (`race` above). 1: no back-off.
+    pub explore_backoff_max: u32,
     /// Most origins kept (least recently used leave first).
     pub max_origins: usize,
     /// Mode `oracle` only: the protocol per phase, `[[oracle_schedule]] from_ms = 0,
@@ -273,6 +300,9 @@ impl Default for TransportConfig {
             rollback_hold_ms: 60_000,
             rollback_verify: true,
             switch_on_failure: true,
+            switch_on_cost_jump: true,
+            cost_jump_factor: 2.0,
+            explore_backoff_max: 4,
             max_origins: 256,
             oracle_schedule: Vec::new(),
         }
@@ -319,6 +349,7 @@ impl TransportConfig {
             ("rollback_interval_ms", self.rollback_interval_ms),
             ("explore_timeout_ms", self.explore_timeout_ms),
             ("max_origins", self.max_origins as u64),
+            ("explore_backoff_max", u64::from(self.explore_backoff_max)),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err((field, "must be at least 1"));
@@ -337,6 +368,9 @@ impl TransportConfig {
         ];
         if let Some((field, _)) = non_negative.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
             return Err((field, "must be a finite number, 0 or more"));
+        }
+        if !(self.cost_jump_factor.is_finite() && self.cost_jump_factor >= 1.0) {
+            return Err(("cost_jump_factor", "must be a finite number, 1 or more"));
         }
         if self.oracle_schedule.windows(2).any(|w| w[1].from_ms < w[0].from_ms) {
             return Err((

@@ -37,6 +37,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::rollback::EARLY_FACTOR;
 use super::Transport;
 
 /// Probe requests per protocol (§III-D: three).
@@ -113,16 +114,33 @@ pub struct Outcome {
     pub tcp_extra_costs: Vec<f64>,
     /// QUIC's extras' raw costs.
     pub quic_extra_costs: Vec<f64>,
+    /// An early verdict ([`ProbeAgent::early`]): `tcp_cost` and `quic_cost` are then
+    /// mean completion times in ms, the loser's a lower bound, and the raw costs of
+    /// requests that had not answered are NaN.
+    pub early: bool,
 }
 
 impl Outcome {
-    /// Every raw cost of `t`, slots first, then extras.
+    /// Every raw cost of `t`, slots first, then extras (requests an early verdict did
+    /// not wait for left out).
     pub fn costs(&self, t: Transport) -> Vec<f64> {
         let (slots, extras) = match t {
             Transport::Tcp => (&self.tcp_costs, &self.tcp_extra_costs),
             Transport::Quic => (&self.quic_costs, &self.quic_extra_costs),
         };
-        slots.iter().chain(extras).copied().collect()
+        slots.iter().chain(extras).copied().filter(|c| !c.is_nan()).collect()
+    }
+
+    /// Whether the loser was clearly worse: its value over [`EARLY_FACTOR`] times the
+    /// winner's (always so for an early verdict). The gear backs its score-triggered
+    /// explorations off after such an outcome (docs/wisetrans.md, "Back-off").
+    pub fn clear(&self) -> bool {
+        let (lo, hi) = if self.tcp_cost <= self.quic_cost {
+            (self.tcp_cost, self.quic_cost)
+        } else {
+            (self.quic_cost, self.tcp_cost)
+        };
+        self.early || hi > lo * EARLY_FACTOR
     }
 
     /// Whether any extra took part.
@@ -145,6 +163,10 @@ struct Exploration {
     extras: Vec<Option<f64>>,
     /// Selected before the exploration (kept on a tie).
     last: Transport,
+    /// When each slot was handed out, and its completion time once answered, ms.
+    slot_times: [(Option<Instant>, Option<f64>); PROBE_SLOTS],
+    /// The same for each extra handed out.
+    extra_times: Vec<(Instant, Option<f64>)>,
 }
 
 /// Runs live experiments, one at a time.
@@ -213,6 +235,8 @@ impl ProbeAgent {
             results: [None; PROBE_SLOTS],
             extras: Vec::new(),
             last,
+            slot_times: [(None, None); PROBE_SLOTS],
+            extra_times: Vec::new(),
         });
         id
     }
@@ -230,10 +254,11 @@ impl ProbeAgent {
         stale
     }
 
-    /// The probe choice for the next request (None: not exploring).
-    pub fn choose(&mut self) -> Option<ProbeChoice> {
+    /// The probe choice for a request issued at `now` (None: not exploring).
+    pub fn choose(&mut self, now: Instant) -> Option<ProbeChoice> {
         let e = self.current.as_mut()?;
         if e.issued < PROBE_SLOTS {
+            e.slot_times[e.issued].0 = Some(now);
             e.issued += 1;
             Some(ProbeChoice::Slot {
                 id: e.id,
@@ -242,6 +267,7 @@ impl ProbeAgent {
             })
         } else if e.extras.len() < self.max_extra {
             e.extras.push(None);
+            e.extra_times.push((now, None));
             let extra = e.extras.len();
             Some(ProbeChoice::Extra {
                 id: e.id,
@@ -253,10 +279,22 @@ impl ProbeAgent {
         }
     }
 
-    /// The cost of slot `slot` (1..=6) of exploration `id`. Returns the outcome when
-    /// this was the last missing result; results of other explorations, slots not
-    /// handed out, and repeats are ignored.
+    /// The cost of slot `slot` (1..=6) of exploration `id`, its completion time taken
+    /// to be the cost. Returns the outcome when this was the last missing result;
+    /// results of other explorations, slots not handed out, and repeats are ignored.
     pub fn observe(&mut self, id: u64, slot: usize, cost: f64) -> Option<Outcome> {
+        self.observe_timed(id, slot, cost, cost, Instant::now())
+    }
+
+    /// The cost of extra `extra` (1-based) of exploration `id`; as [`Self::observe`].
+    pub fn observe_extra(&mut self, id: u64, extra: usize, cost: f64) -> Option<Outcome> {
+        self.observe_extra_timed(id, extra, cost, cost, Instant::now())
+    }
+
+    /// The cost and completion time (ms) of slot `slot` of exploration `id`, answered at
+    /// `now`: the outcome when this was the last missing result or allows an early
+    /// verdict ([`Self::early`]).
+    pub fn observe_timed(&mut self, id: u64, slot: usize, cost: f64, rct_ms: f64, now: Instant) -> Option<Outcome> {
         let e = self.current.as_mut()?;
         if e.id != id || slot == 0 || slot > e.issued {
             return None;
@@ -264,11 +302,19 @@ impl ProbeAgent {
         if !fill(&mut e.results[slot - 1], cost) {
             return None;
         }
-        self.finish()
+        e.slot_times[slot - 1].1 = Some(finite_or_inf(rct_ms));
+        self.finish().or_else(|| self.early(now))
     }
 
-    /// The cost of extra `extra` (1-based) of exploration `id`; as [`Self::observe`].
-    pub fn observe_extra(&mut self, id: u64, extra: usize, cost: f64) -> Option<Outcome> {
+    /// As [`Self::observe_timed`], for extra `extra` (1-based).
+    pub fn observe_extra_timed(
+        &mut self,
+        id: u64,
+        extra: usize,
+        cost: f64,
+        rct_ms: f64,
+        now: Instant,
+    ) -> Option<Outcome> {
         let e = self.current.as_mut()?;
         if e.id != id || extra == 0 || extra > e.extras.len() {
             return None;
@@ -276,7 +322,91 @@ impl ProbeAgent {
         if !fill(&mut e.extras[extra - 1], cost) {
             return None;
         }
-        self.finish()
+        e.extra_times[extra - 1].1 = Some(finite_or_inf(rct_ms));
+        self.finish().or_else(|| self.early(now))
+    }
+
+    /// The early verdict at `now` (gearbox's addition to §III-D; the Rollback Checker's
+    /// verification has the same, [`super::rollback`]): once every request handed out on
+    /// one protocol (at least [`PROBES_PER_PROTOCOL`]) has answered, a request of the
+    /// other still running counts with the time it has run so far, a lower bound on its
+    /// completion time; when the other's median completion time, bounded so, is over
+    /// [`EARLY_FACTOR`] times the first one's value ([`trimmed_mean_drop_farthest`] of
+    /// its completion times), the exploration ends now and selects the first. The median
+    /// of lower bounds is a lower bound on the final median, and one slow outlier does not
+    /// decide (the full rule would drop it too). Why: on a rate-limited UDP path QUIC answers slowly instead of failing, and
+    /// the outcome otherwise waits for QUIC's slowest probe while every request issued
+    /// meanwhile rides on the last selected protocol, the slow one when the gear was on
+    /// QUIC (in the lab's `block` class half of v2's requests were exploration or
+    /// verification requests). §III-D: "the different preference to UDP/QUIC will be
+    /// reflected by the poor performance of QUIC"; the bound says so before the last
+    /// QUIC answer. Call it on every decision too, so the verdict comes when the next
+    /// click does, not when the slowest probe answers.
+    pub fn early(&mut self, now: Instant) -> Option<Outcome> {
+        let e = self.current.as_ref()?;
+        // Per protocol: the completion times of the requests handed out, a running one's
+        // the time it has run so far, and how many have answered.
+        let mut sides: [(Vec<f64>, usize); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
+        let side = |t: Transport| usize::from(t == Transport::Quic);
+        let times = e
+            .slot_times
+            .iter()
+            .take(e.issued)
+            .enumerate()
+            .map(|(k, (at, rct))| (slot_transport(k + 1), at.unwrap_or(e.started), *rct))
+            .chain(
+                e.extra_times
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (at, rct))| (extra_transport(k + 1), *at, *rct)),
+            );
+        for (t, at, rct) in times {
+            let s = &mut sides[side(t)];
+            match rct {
+                Some(r) => {
+                    s.0.push(r);
+                    s.1 += 1;
+                }
+                None => s.0.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0),
+            }
+        }
+        let winner = [Transport::Tcp, Transport::Quic].into_iter().find(|&t| {
+            let (mine, theirs) = (&sides[side(t)], &sides[side(t.other())]);
+            mine.0.len() >= PROBES_PER_PROTOCOL
+                && mine.1 == mine.0.len()
+                && !theirs.0.is_empty()
+                && median(&theirs.0) > EARLY_FACTOR * trimmed_mean_drop_farthest(&mine.0)
+        })?;
+        // The winner's value as the full rule would compute it; the loser's the median of
+        // its bounds (a lower bound on its final median: one slow outlier does not decide).
+        let value = |t: Transport| {
+            if t == winner {
+                trimmed_mean_drop_farthest(&sides[side(t)].0)
+            } else {
+                median(&sides[side(t)].0)
+            }
+        };
+        let nan = |r: &Option<f64>| r.unwrap_or(f64::NAN);
+        let (mut tcp_extra_costs, mut quic_extra_costs) = (Vec::new(), Vec::new());
+        for (k, r) in e.extras.iter().enumerate() {
+            match extra_transport(k + 1) {
+                Transport::Tcp => tcp_extra_costs.push(nan(r)),
+                Transport::Quic => quic_extra_costs.push(nan(r)),
+            }
+        }
+        let outcome = Outcome {
+            id: e.id,
+            selected: winner,
+            tcp_cost: value(Transport::Tcp),
+            quic_cost: value(Transport::Quic),
+            tcp_costs: [nan(&e.results[0]), nan(&e.results[2]), nan(&e.results[4])],
+            quic_costs: [nan(&e.results[1]), nan(&e.results[3]), nan(&e.results[5])],
+            tcp_extra_costs,
+            quic_extra_costs,
+            early: true,
+        };
+        self.current = None;
+        Some(outcome)
     }
 
     /// The outcome, and the exploration ended, if every slot and every extra handed out
@@ -323,9 +453,31 @@ impl ProbeAgent {
             quic_costs,
             tcp_extra_costs,
             quic_extra_costs,
+            early: false,
         };
         self.current = None;
         Some(outcome)
+    }
+}
+
+/// The median of a non-empty series (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// A completion time as the early verdict counts it (NaN, no completion: infinite).
+fn finite_or_inf(x: f64) -> f64 {
+    if x.is_nan() {
+        f64::INFINITY
+    } else {
+        x
     }
 }
 
@@ -427,9 +579,9 @@ mod tests {
     #[test]
     fn slots_alternate_starting_with_tcp_then_wait() {
         let mut a = ProbeAgent::new(Duration::from_secs(30));
-        assert_eq!(a.choose(), None);
+        assert_eq!(a.choose(Instant::now()), None);
         let id = a.start(Instant::now(), Trigger::NewOrigin, Transport::Tcp);
-        let got: Vec<_> = (0..7).map(|_| a.choose()).collect();
+        let got: Vec<_> = (0..7).map(|_| a.choose(Instant::now())).collect();
         for (k, c) in got.iter().take(6).enumerate() {
             let want = if k % 2 == 0 { Transport::Tcp } else { Transport::Quic };
             assert_eq!(
@@ -449,7 +601,7 @@ mod tests {
         let mut a = ProbeAgent::new(Duration::from_secs(30));
         let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
         for _ in 0..6 {
-            a.choose();
+            a.choose(Instant::now());
         }
         // TCP 80, 82, 81; QUIC 60, 500 (outlier), 62: QUIC 61 beats TCP 80.5,
         // although QUIC's plain mean (207) is far worse.
@@ -471,7 +623,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = ProbeAgent::new(Duration::from_secs(30));
         let id = a.start(t0, Trigger::PathChange, Transport::Quic);
-        a.choose();
+        a.choose(Instant::now());
         assert_eq!(a.observe(id + 1, 1, 5.0), None);
         assert_eq!(a.observe(id, 2, 5.0), None, "slot 2 not handed out yet");
         assert_eq!(a.observe(id, 1, 5.0), None);
@@ -542,9 +694,9 @@ mod tests {
         let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 3);
         let id = a.start(Instant::now(), Trigger::NewOrigin, Transport::Quic);
         for _ in 0..PROBE_SLOTS {
-            assert!(matches!(a.choose(), Some(ProbeChoice::Slot { .. })));
+            assert!(matches!(a.choose(Instant::now()), Some(ProbeChoice::Slot { .. })));
         }
-        let got: Vec<_> = (0..5).map(|_| a.choose()).collect();
+        let got: Vec<_> = (0..5).map(|_| a.choose(Instant::now())).collect();
         assert_eq!(
             got,
             [
@@ -574,7 +726,7 @@ mod tests {
         let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
         let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
         for _ in 0..PROBE_SLOTS + 4 {
-            a.choose();
+            a.choose(Instant::now());
         }
         // Slots tie at 50; extras: TCP 90, 95 (extras 1, 3), QUIC 30, 31 (2, 4).
         for k in 1..=PROBE_SLOTS {
@@ -605,7 +757,7 @@ mod tests {
         let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
         let id = a.start(Instant::now(), Trigger::ScoreJump, Transport::Tcp);
         for _ in 0..PROBE_SLOTS {
-            a.choose();
+            a.choose(Instant::now());
         }
         let costs = [80.0, 60.0, 82.0, 500.0, 81.0, 62.0];
         let mut out = None;
@@ -626,7 +778,7 @@ mod tests {
         let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
         let id = a.start(t0, Trigger::PathChange, Transport::Tcp);
         for _ in 0..PROBE_SLOTS + 1 {
-            a.choose();
+            a.choose(Instant::now());
         }
         for k in 1..=PROBE_SLOTS {
             assert_eq!(a.observe(id, k, 50.0), None);
@@ -635,5 +787,66 @@ mod tests {
         assert!(a.expire(t0 + Duration::from_secs(31)));
         assert_eq!(a.observe_extra(id, 1, 50.0), None, "too late");
         assert!(!a.exploring());
+    }
+
+    #[test]
+    fn an_exploration_ends_early_when_the_other_protocols_probes_run_past_twice_the_first_ones() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut a = ProbeAgent::with_extras(Duration::from_secs(30), 12);
+        let id = a.start(t0, Trigger::ScoreJump, Transport::Quic);
+        // One click of 9: slots 1-6 and extras 1-3 (TCP, QUIC, TCP), all at t0.
+        for _ in 0..9 {
+            a.choose(t0);
+        }
+        // TCP's five answer in 50 ms; one QUIC probe answers in 60 ms, the rest run.
+        for slot in [1, 3, 5] {
+            assert_eq!(a.observe_timed(id, slot, 50.0, 50.0, t0 + ms(50)), None);
+        }
+        assert_eq!(a.observe_extra_timed(id, 1, 50.0, 50.0, t0 + ms(50)), None);
+        assert_eq!(a.observe_extra_timed(id, 3, 50.0, 50.0, t0 + ms(50)), None);
+        assert_eq!(
+            a.observe_timed(id, 2, 60.0, 60.0, t0 + ms(60)),
+            None,
+            "QUIC's running ones have run 60 ms: median 60, not over 2 x 50"
+        );
+        assert_eq!(a.early(t0 + ms(90)), None, "median 90 < 100");
+        let out = a.early(t0 + ms(400)).expect("QUIC's median bound 400 > 2 x 50");
+        assert!(out.early && out.clear());
+        assert_eq!(out.selected, Transport::Tcp);
+        assert_eq!((out.tcp_cost, out.quic_cost), (50.0, 400.0));
+        assert_eq!(out.costs(Transport::Quic), vec![60.0], "only the answered ones");
+        assert!(!a.exploring());
+        assert_eq!(
+            a.observe_timed(id, 4, 900.0, 900.0, t0 + ms(900)),
+            None,
+            "late answers are ignored"
+        );
+    }
+
+    #[test]
+    fn one_slow_probe_does_not_end_an_exploration_early() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut a = ProbeAgent::new(Duration::from_secs(30));
+        let id = a.start(t0, Trigger::ScoreJump, Transport::Tcp);
+        for _ in 0..6 {
+            a.choose(t0);
+        }
+        assert_eq!(a.observe_timed(id, 4, 40.0, 40.0, t0 + ms(40)), None);
+        assert_eq!(a.observe_timed(id, 6, 40.0, 40.0, t0 + ms(40)), None);
+        for slot in [1, 3, 5] {
+            assert_eq!(a.observe_timed(id, slot, 50.0, 50.0, t0 + ms(50)), None);
+        }
+        assert_eq!(
+            a.early(t0 + ms(1500)),
+            None,
+            "QUIC's median is 40 however long one runs"
+        );
+        let out = a
+            .observe_timed(id, 2, 2000.0, 2000.0, t0 + ms(2000))
+            .expect("the full rule, the outlier dropped");
+        assert!(!out.early && !out.clear());
+        assert_eq!(out.selected, Transport::Quic);
     }
 }

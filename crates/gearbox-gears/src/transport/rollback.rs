@@ -187,6 +187,11 @@ impl RollbackChecker {
         self.check.is_some() || self.verifying.is_some()
     }
 
+    /// Whether a verification is running (its requests decide; nothing else switches).
+    pub fn verification_running(&self) -> bool {
+        self.verifying.is_some()
+    }
+
     /// The next verification request handed out at `now`, if one is due: (verification
     /// id, 1-based slot number, the protocol it must use: the old one in odd slots, the
     /// new one in even).

@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use gearbox_gear_api::{ClientRecord, Decision, DecisionId, Protocol, TransportChoice, TransportGear};
 
 use super::features::FeatureExtractor;
+use super::jump::CostLog;
 use super::monitor::{NetworkMonitor, MLP_PREFIX};
 use super::probe::{ProbeAgent, ProbeChoice, Trigger, PROBE_SLOTS};
 use super::rollback::{RollbackChecker, Verdict, VERIFY_SLOTS};
@@ -88,6 +89,10 @@ enum Event {
         tcp: f64,
         quic: f64,
         n: Option<(usize, usize)>,
+        /// An early verdict (the values are mean completion times, the loser's a bound).
+        early: Option<Transport>,
+        /// The back-off factor of the next score-triggered exploration, when over 1.
+        backoff: u32,
     },
     /// The rollback checker undid a switch.
     RolledBack { before: f64, after: f64 },
@@ -106,6 +111,14 @@ enum Event {
     /// A request on the current protocol failed or stalled and the gear left it at once
     /// (`what`: the error kind, `retried` or `broken`, see [`failure_of`]).
     FailedOver { from: Transport, what: &'static str },
+    /// The cost-jump rule ([`super::jump`]) left the protocol: median round trips of
+    /// its latest requests, of its own history and of the other protocol's last known.
+    Jumped {
+        from: Transport,
+        recent: f64,
+        history: f64,
+        other: f64,
+    },
 }
 
 /// Everything WiseTrans knows about one origin.
@@ -134,6 +147,11 @@ struct OriginState {
     /// No failover (see [`failure_of`]) before this: two protocols failing in turn do not
     /// flap faster than the dwell.
     failover_hold: Option<Instant>,
+    /// Each protocol's recent requests in round trips, for the cost-jump rule.
+    costs: CostLog,
+    /// v2: score-triggered explorations wait `min_explore_interval_ms` times this
+    /// (doubled after a clear outcome, see `TransportConfig::explore_backoff_max`).
+    backoff: u32,
     /// Local IP of the origin's last successful connection.
     local_ip: Option<String>,
     last_used: Instant,
@@ -267,6 +285,8 @@ fn state_of<'a>(
         .verifying(c.rollback_verify),
         tags: BTreeMap::new(),
         failover_hold: None,
+        costs: CostLog::new(),
+        backoff: 1,
         local_ip: None,
         last_used: now,
         events: Vec::new(),
@@ -352,23 +372,27 @@ impl TransportGear for WiseTrans {
                         st.events.push(Event::Abandoned);
                         st.last_explore = Some(now);
                     }
+                    if let Some(out) = st.probe.early(now) {
+                        take_outcome(st, out, now, cfg);
+                    }
                     if !st.explored && !st.probe.exploring() {
                         st.pending = Some(Trigger::NewOrigin);
                     }
                     if let (Some(trigger), false) = (st.pending, st.probe.exploring()) {
                         // A score jump waits out `min_explore_interval_ms` (bounded
                         // exploration); a new origin or path explores at once.
+                        let interval = ms(cfg.min_explore_interval_ms) * st.backoff;
                         let due = trigger != Trigger::ScoreJump
                             || st
                                 .last_explore
-                                .is_none_or(|t| now.saturating_duration_since(t) >= ms(cfg.min_explore_interval_ms));
+                                .is_none_or(|t| now.saturating_duration_since(t) >= interval);
                         if due {
                             st.pending = None;
                             st.explored = true;
                             st.probe.start(now, trigger, st.current);
                         }
                     }
-                    match st.probe.choose() {
+                    match st.probe.choose(now) {
                         Some(ProbeChoice::Slot { id, slot, transport }) => {
                             why_buf = format!("probe-{slot}of{PROBE_SLOTS}");
                             extra.push(("ex", id.to_string()));
@@ -424,10 +448,33 @@ impl TransportGear for WiseTrans {
         };
         for event in std::mem::take(&mut st.events) {
             match event {
-                Event::Picked { tcp, quic, n } => {
-                    extra.push(("picked", format!("tcp:{}/quic:{}", fmt_cost(tcp), fmt_cost(quic))));
+                Event::Picked {
+                    tcp,
+                    quic,
+                    n,
+                    early,
+                    backoff,
+                } => {
+                    // An early verdict's loser is a lower bound.
+                    let bound = |t: Transport| if early == Some(t.other()) { "+" } else { "" };
+                    extra.push((
+                        "picked",
+                        format!(
+                            "tcp:{}{}/quic:{}{}",
+                            fmt_cost(tcp),
+                            bound(Transport::Tcp),
+                            fmt_cost(quic),
+                            bound(Transport::Quic)
+                        ),
+                    ));
                     if let Some((n_tcp, n_quic)) = n {
                         extra.push(("n", format!("tcp:{n_tcp}/quic:{n_quic}")));
+                    }
+                    if early.is_some() {
+                        extra.push(("early", "rct".to_string()));
+                    }
+                    if backoff > 1 {
+                        extra.push(("backoff", format!("x{backoff}")));
                     }
                 }
                 Event::RolledBack { before, after } => {
@@ -456,6 +503,22 @@ impl TransportGear for WiseTrans {
                 }
                 Event::Abandoned => extra.push(("abandoned", "probe-timeout".to_string())),
                 Event::FailedOver { from, what } => extra.push(("failover", format!("{}:{what}", from.name()))),
+                Event::Jumped {
+                    from,
+                    recent,
+                    history,
+                    other,
+                } => extra.push((
+                    "jump",
+                    format!(
+                        "{}:{}/was:{}/{}:{}",
+                        from.name(),
+                        fmt_cost(recent),
+                        fmt_cost(history),
+                        from.other().name(),
+                        fmt_cost(other)
+                    ),
+                )),
             }
         }
         let extra_refs: Vec<(&'static str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -503,12 +566,16 @@ impl TransportGear for WiseTrans {
             Some((failed, _)) if failed != transport => (failed, cfg.failed_request_cost_ms),
             _ => (transport, cost),
         };
+        let rtt = record.transport.as_ref().map(|s| s.rtt_ms);
+        let failed = failure.is_some() || record.error.is_some();
+        st.costs.record(transport, cost, rtt, failed, now);
 
         // A new local address on a successful request is a new path.
         if record.error.is_none() && !record.local_addr.is_empty() {
             let ip = local_ip(&record.local_addr);
             if st.local_ip.as_deref().is_some_and(|old| old != ip) && version == Version::V2 {
                 st.pending = Some(Trigger::PathChange);
+                st.backoff = 1;
             }
             if st.local_ip.as_deref() != Some(ip) {
                 st.local_ip = Some(ip.to_string());
@@ -528,27 +595,14 @@ impl TransportGear for WiseTrans {
         }
         if let Some(probe) = tag {
             if version == Version::V2 {
+                let rct = request_rct(record, cfg);
                 let out = match probe {
-                    Tag::Slot { id, slot } => st.probe.observe(id, slot, cost),
-                    Tag::Extra { id, extra } => st.probe.observe_extra(id, extra, cost),
+                    Tag::Slot { id, slot } => st.probe.observe_timed(id, slot, cost, rct, now),
+                    Tag::Extra { id, extra } => st.probe.observe_extra_timed(id, extra, cost, rct, now),
                     Tag::Verify { .. } => None,
                 };
                 if let Some(out) = out {
-                    let previous = st.current;
-                    st.current = out.selected;
-                    st.last_explore = Some(now);
-                    st.history_score = None;
-                    st.score = None;
-                    st.events.push(Event::Picked {
-                        tcp: out.tcp_cost,
-                        quic: out.quic_cost,
-                        n: out
-                            .had_extras()
-                            .then(|| (out.costs(Transport::Tcp).len(), out.costs(Transport::Quic).len())),
-                    });
-                    if out.selected != previous {
-                        st.rollback.switched(previous, out.selected, now, &out.costs(previous));
-                    }
+                    take_outcome(st, out, now, cfg);
                 }
             }
             return;
@@ -562,15 +616,7 @@ impl TransportGear for WiseTrans {
             let free = st.failover_hold.is_none_or(|t| now >= t);
             if cfg.switch_on_failure && failed == st.current && free && !st.probe.exploring() {
                 let from = st.current;
-                st.current = from.other();
-                st.score = None;
-                st.history_score = None;
-                if st.pending == Some(Trigger::ScoreJump) {
-                    st.pending = None;
-                }
-                st.hold_until = Some(now + ms(cfg.min_dwell_ms));
-                st.failover_hold = Some(now + ms(cfg.min_dwell_ms));
-                st.rollback.switched(from, st.current, now, &[cost]);
+                leave(st, now, cfg, &[cost]);
                 st.events.push(Event::FailedOver { from, what });
                 return;
             }
@@ -581,6 +627,24 @@ impl TransportGear for WiseTrans {
         }
         if transport != st.current {
             return;
+        }
+
+        // Cost jump ([`super::jump`]): the current protocol's latest requests take many
+        // more round trips than before and than the other protocol's last known ones;
+        // leave it as the failover does (the same hold), on probation.
+        let free = st.failover_hold.is_none_or(|t| now >= t);
+        if cfg.switch_on_cost_jump && free && !st.probe.exploring() && !st.rollback.verification_running() {
+            if let Some(j) = st.costs.check(transport, now, ms(cfg.window_ms), cfg.cost_jump_factor) {
+                let from = st.current;
+                leave(st, now, cfg, &j.costs);
+                st.events.push(Event::Jumped {
+                    from,
+                    recent: j.recent,
+                    history: j.history,
+                    other: j.other,
+                });
+                return;
+            }
         }
         let f = st.features.features(transport, now);
         st.score = if f.ok_requests >= 1 {
@@ -597,6 +661,51 @@ impl TransportGear for WiseTrans {
                 _ => {}
             }
         }
+    }
+}
+
+/// Leaves the current protocol at once (the failover, the cost jump): the other one from
+/// now on, held for `min_dwell_ms`, on probation with the Rollback Checker with `costs`
+/// (the requests that made the gear leave) on the left protocol's side.
+fn leave(st: &mut OriginState, now: Instant, cfg: &TransportConfig, costs: &[f64]) {
+    let from = st.current;
+    st.current = from.other();
+    st.score = None;
+    st.history_score = None;
+    if st.pending == Some(Trigger::ScoreJump) {
+        st.pending = None;
+    }
+    st.hold_until = Some(now + ms(cfg.min_dwell_ms));
+    st.failover_hold = Some(now + ms(cfg.min_dwell_ms));
+    st.rollback.switched(from, st.current, now, costs);
+}
+
+/// Puts an exploration's outcome into effect (v2): the selected protocol from now on,
+/// the Rollback Checker watching a switch, and the back-off of score-triggered
+/// explorations doubled after a clear outcome (up to `explore_backoff_max`), reset
+/// after a close one.
+fn take_outcome(st: &mut OriginState, out: super::probe::Outcome, now: Instant, cfg: &TransportConfig) {
+    let previous = st.current;
+    st.current = out.selected;
+    st.last_explore = Some(now);
+    st.history_score = None;
+    st.score = None;
+    st.backoff = if out.clear() {
+        (st.backoff.saturating_mul(2)).min(cfg.explore_backoff_max.max(1))
+    } else {
+        1
+    };
+    st.events.push(Event::Picked {
+        tcp: out.tcp_cost,
+        quic: out.quic_cost,
+        n: out
+            .had_extras()
+            .then(|| (out.costs(Transport::Tcp).len(), out.costs(Transport::Quic).len())),
+        early: out.early.then_some(out.selected),
+        backoff: st.backoff,
+    });
+    if out.selected != previous {
+        st.rollback.switched(previous, out.selected, now, &out.costs(previous));
     }
 }
 
@@ -1462,6 +1571,174 @@ mod tests {
         let (p, why) = g.ask(ORIGIN, t0 + ms(100));
         assert_eq!(p, TransportChoice::Tcp, "{why}");
         assert!(why.contains("picked=tcp:") && why.contains("/quic:10000.0"), "{why}");
+    }
+
+    #[test]
+    fn v2_leaves_quic_when_its_requests_suddenly_take_many_round_trips_and_the_model_says_nothing() {
+        // p = 0.12 everywhere: the model never asks for an exploration. UDP is then
+        // rate-limited: QUIC answers, slowly (the `block` class's throttled phase).
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        explore(&mut g, t0, 200.0, 50.0);
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        let mut t = t0 + ms(100);
+        for _ in 0..3 {
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Quic, "{why}");
+            g.observe(&done(Transport::Quic, 50.0, &why, 2, (0, 0)), t + ms(50));
+            t += ms(300);
+        }
+        // Throttled: 600 ms at the same 40 ms RTT (15 round trips against 1.2 before, and
+        // TCP's 4.7 in the exploration). One slow request is not enough; two of three are.
+        t += ms(3_000);
+        let mut left_after = None;
+        for k in 1..=3 {
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Quic, "{why}");
+            g.observe(&done(Transport::Quic, 600.0, &why, 2, (0, 0)), t + ms(600));
+            t += ms(700);
+            if g.selected(ORIGIN) == Some(Transport::Tcp) {
+                left_after = Some(k);
+                break;
+            }
+        }
+        assert_eq!(left_after, Some(2), "the second slow request makes the jump");
+        let (p, why) = g.ask(ORIGIN, t);
+        assert_eq!(p, TransportChoice::Tcp);
+        assert!(why.contains(";jump=quic:14.0/was:1.2/tcp:4.7"), "{why}");
+        assert!(g.origins[ORIGIN].rollback.checking(), "on probation like any switch");
+    }
+
+    #[test]
+    fn a_path_that_slows_for_both_protocols_is_no_cost_jump() {
+        // The RTT triples (a handover): QUIC's costs triple in ms, not in round trips.
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        explore(&mut g, t0, 200.0, 50.0);
+        let mut t = t0 + ms(100);
+        for k in 0..8 {
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Quic, "{why}");
+            let (rct, rtt) = if k < 3 { (50.0, 40.0) } else { (150.0, 120.0) };
+            let mut r = done(Transport::Quic, rct, &why, 2, (0, 0));
+            r = with_counters(r, rtt, 0, 0);
+            g.observe(&r, t + ms(rct as u64));
+            t += ms(300);
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+    }
+
+    #[test]
+    fn v1_leaves_a_throttled_protocol_even_while_a_rollback_check_runs() {
+        // Stumps: loss -> p = 0.88. TCP with heavy loss: v1 switches to QUIC and the
+        // switch goes on probation; QUIC without loss scores 0.12, so the model would
+        // keep it however slow it gets, and before this rule nothing else could move v1
+        // while the check ran (`why=hold-check` in the `block` class).
+        let (mut g, _d) = gear(Version::V1, -2.0, 2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let mut t = t0;
+        let (mut sent, mut lost) = (0u64, 0u64);
+        for _ in 0..10 {
+            let (p, why) = g.ask(ORIGIN, t);
+            if p == TransportChoice::Quic {
+                assert!(why.contains("why=switch-p>0.5"), "{why}");
+                break;
+            }
+            sent += 100;
+            lost += 30;
+            g.observe(&done(Transport::Tcp, 50.0, &why, 1, (sent, lost)), t + ms(50));
+            t += ms(100);
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        for _ in 0..4 {
+            t += ms(300);
+            let (p, why) = g.ask(ORIGIN, t);
+            assert_eq!(p, TransportChoice::Quic, "{why}");
+            g.observe(&done(Transport::Quic, 50.0, &why, 2, (0, 0)), t + ms(50));
+        }
+        t += ms(2_000);
+        for _ in 0..2 {
+            let (_, why) = g.ask(ORIGIN, t);
+            assert!(why.contains("phase=check"), "a check runs: {why}");
+            g.observe(&done(Transport::Quic, 900.0, &why, 2, (0, 0)), t + ms(900));
+            t += ms(1_000);
+        }
+        let (p, why) = g.ask(ORIGIN, t);
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
+        assert!(why.contains(";jump=quic:"), "{why}");
+    }
+
+    #[test]
+    fn without_switch_on_cost_jump_a_throttled_quic_is_kept() {
+        let cfg = TransportConfig {
+            switch_on_cost_jump: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
+        let t0 = Instant::now();
+        explore(&mut g, t0, 200.0, 50.0);
+        let mut t = t0 + ms(100);
+        for k in 0..8 {
+            let (_, why) = g.ask(ORIGIN, t);
+            let rct = if k < 3 { 50.0 } else { 600.0 };
+            g.observe(&done(Transport::Quic, rct, &why, 2, (0, 0)), t + ms(rct as u64));
+            t += ms(700);
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+    }
+
+    #[test]
+    fn an_exploration_whose_quic_probes_crawl_ends_at_the_next_click_and_backs_off() {
+        // Stumps: loss -> p = 0.88, else 0.12 (so a score jump can be made below).
+        let (mut g, _d) = gear(Version::V2, -2.0, 2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // A click of 13 on a new origin: slots and extras 1-7. TCP's 7 answer in 100 ms;
+        // QUIC's 6 crawl behind a UDP rate limit.
+        let first = burst(&mut g, t0, 13);
+        let mut quic_out = Vec::new();
+        for (p, why) in &first {
+            if *p == TransportChoice::Tcp {
+                g.observe(&done(Transport::Tcp, 100.0, why, 1, (0, 0)), t0 + ms(100));
+            } else {
+                quic_out.push(why.clone());
+            }
+        }
+        assert!(g.origins[ORIGIN].probe.exploring(), "QUIC's are still running");
+        // The next click, 1.5 s later: the exploration is over, TCP, no more extras.
+        let t1 = t0 + ms(1_500);
+        let (p, why) = g.ask(ORIGIN, t1);
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
+        assert!(why.contains("phase=exploit"), "{why}");
+        // QUIC's value: the median of its six bounds, 1.5 s less their hand-out offsets.
+        assert!(why.contains(";picked=tcp:100.0/quic:149"), "{why}");
+        assert!(why.contains("+;n=tcp:7/quic:0;early=rct;backoff=x2"), "{why}");
+        // QUIC's answers come late and change nothing.
+        for why in &quic_out {
+            g.observe(&done(Transport::Quic, 2_000.0, why, 2, (0, 0)), t0 + ms(2_000));
+        }
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
+        // TCP settles (history 0.12), then heavy loss (0.88): a score jump, which now
+        // waits twice the 10 s interval.
+        let mut t = t1;
+        let (mut sent, mut lost) = (0u64, 0u64);
+        for k in 0..10u64 {
+            t += ms(200);
+            sent += 100;
+            lost += if k < 5 { 0 } else { 30 };
+            let (_, why) = g.ask(ORIGIN, t);
+            g.observe(&done(Transport::Tcp, 100.0, &why, 1, (sent, lost)), t + ms(100));
+        }
+        assert!(g.score(ORIGIN).expect("score") > 0.8);
+        let (_, why) = g.ask(ORIGIN, t1 + ms(12_000));
+        assert!(
+            !why.contains("phase=probe"),
+            "10 s is not enough after a clear outcome: {why}"
+        );
+        let (_, why) = g.ask(ORIGIN, t1 + ms(20_100));
+        assert!(
+            why.contains("why=probe-1of6") && why.contains("trigger=score-jump"),
+            "{why}"
+        );
     }
 
     #[test]
