@@ -13,7 +13,9 @@
 //! replaced by the two things the gear knows without an experiment:
 //!
 //! - **own history**: the current protocol's requests in the `window` before its latest
-//!   [`RECENT`];
+//!   [`RECENT`] (when it has fewer than [`MIN_HISTORY`] there, the gear has just moved to
+//!   it and the move itself is the change: only the other protocol's costs count, the
+//!   Rollback Checker's comparison without its 10 s wait);
 //! - **the other protocol's last known costs**: its latest [`RECENT`] requests (probe,
 //!   verification or exploitation), at most [`MEMORY`] old.
 //!
@@ -43,7 +45,8 @@ use super::Transport;
 /// Probe Agent's and the verification's samples, §III-D).
 pub const RECENT: usize = 3;
 
-/// Requests of the current protocol's own history needed before a jump can be judged.
+/// Requests of the current protocol's own history needed for the history to count (with
+/// fewer, only the other protocol's costs are compared).
 pub const MIN_HISTORY: usize = 3;
 
 /// How old the other protocol's last known costs may be (the Rollback Checker's
@@ -68,8 +71,9 @@ struct Entry {
 pub struct Jump {
     /// Median round trips of the current protocol's latest [`RECENT`].
     pub recent: f64,
-    /// Median round trips of its own history before them.
-    pub history: f64,
+    /// Median round trips of its own history before them (None: too few, the gear has
+    /// just moved to this protocol).
+    pub history: Option<f64>,
     /// Median round trips of the other protocol's last known requests.
     pub other: f64,
     /// The latest [`RECENT`] requests' costs, ms (for the Rollback Checker's before side).
@@ -119,11 +123,12 @@ impl CostLog {
 
     /// The jump of `current` at `now`, if its latest [`RECENT`] requests (all within
     /// `window`) cost over `factor` times both its own history (its requests in the
-    /// `window` before them, at least [`MIN_HISTORY`]) and the other protocol's last
-    /// known requests (at least one, at most [`MEMORY`] old), in median round trips.
+    /// `window` before them, when there are at least [`MIN_HISTORY`]) and the other
+    /// protocol's last known requests (at least one, at most [`MEMORY`] old), in median
+    /// round trips.
     pub fn check(&self, current: Transport, now: Instant, window: Duration, factor: f64) -> Option<Jump> {
         let mine = &self.entries[side(current)];
-        if mine.len() < RECENT + MIN_HISTORY {
+        if mine.len() < RECENT {
             return None;
         }
         let split = mine.len() - RECENT;
@@ -138,9 +143,7 @@ impl CostLog {
             .filter(|e| first.saturating_duration_since(e.at) <= window)
             .map(|e| e.rounds)
             .collect();
-        if history.len() < MIN_HISTORY {
-            return None;
-        }
+        let history = (history.len() >= MIN_HISTORY).then(|| median(history));
         let theirs = &self.entries[side(current.other())];
         let other: Vec<f64> = theirs
             .iter()
@@ -154,11 +157,12 @@ impl CostLog {
         }
         let jump = Jump {
             recent: median(recent.iter().map(|e| e.rounds).collect()),
-            history: median(history),
+            history,
             other: median(other),
             costs: recent.iter().map(|e| e.cost).collect(),
         };
-        (jump.recent > factor * jump.history && jump.recent > factor * jump.other).then_some(jump)
+        let above_history = jump.history.is_none_or(|h| jump.recent > factor * h);
+        (above_history && jump.recent > factor * jump.other).then_some(jump)
     }
 }
 
@@ -206,7 +210,7 @@ mod tests {
         let l = log(t0, [600.0, 900.0, 40.0], 25.0);
         let j = l.check(Transport::Quic, t0 + ms(5010), W, 2.0).expect("a jump");
         assert_eq!(j.recent, 24.0, "median of 24, 36, 1.6 round trips");
-        assert_eq!(j.history, 2.0);
+        assert_eq!(j.history, Some(2.0));
         assert_eq!(j.other, 2.0);
         assert_eq!(j.costs, vec![600.0, 900.0, 40.0]);
         assert_eq!(l.check(Transport::Tcp, t0 + ms(5010), W, 2.0), None, "TCP did not jump");
@@ -226,13 +230,17 @@ mod tests {
         let l = log(t0, [40.0, 900.0, 40.0], 20.0);
         assert_eq!(l.check(Transport::Quic, t0 + ms(5010), W, 2.0), None, "one of three");
 
-        // No history of QUIC's own (only the three slow ones): nothing to jump from.
+        // No history of QUIC's own (the gear just moved to it): the three slow ones
+        // against TCP's last known.
         let mut l = CostLog::new();
         l.record(Transport::Tcp, 40.0, Some(20.0), false, t0);
-        for k in 0..3 {
+        for k in 0..2 {
             l.record(Transport::Quic, 900.0, Some(20.0), false, t0 + ms(10 + k));
         }
-        assert_eq!(l.check(Transport::Quic, t0 + ms(20), W, 2.0), None);
+        assert_eq!(l.check(Transport::Quic, t0 + ms(20), W, 2.0), None, "two requests");
+        l.record(Transport::Quic, 900.0, Some(20.0), false, t0 + ms(12));
+        let j = l.check(Transport::Quic, t0 + ms(20), W, 2.0).expect("a jump from TCP's 2");
+        assert_eq!((j.recent, j.history, j.other), (45.0, None, 2.0));
 
         // History but no TCP known: nothing to compare with.
         let mut l = CostLog::new();
