@@ -79,6 +79,7 @@ MODES = (
     "wisetrans-v2",
     "wisetrans-v2-seedprobe",
     "wisetrans-v2-seedrollback",
+    "wisetrans-v2-nojump",
     "oracle",
     "noise-ideal",
 )

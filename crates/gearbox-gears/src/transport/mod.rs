@@ -261,6 +261,13 @@ pub struct TransportConfig {
     /// [`rollback::EARLY_FACTOR`]; a change the path's noise does not make in two of
     /// three requests).
     pub cost_jump_factor: f64,
+    /// WiseTrans-v2: an exploration ends as soon as every request of one protocol has
+    /// answered and the other's, counted with the time they have run so far, take over
+    /// twice as long in median ([`probe::ProbeAgent::early`]); `false`: every exploration
+    /// waits for all its answers. Why: under a UDP rate limit QUIC answers slowly instead
+    /// of failing, and meanwhile every request issued took an extra or the last selected
+    /// protocol.
+    pub probe_early: bool,
     /// WiseTrans-v2: after an exploration whose loser was clearly worse (its value over
     /// twice the winner's, or an early verdict, [`probe`]), the next score-triggered
     /// exploration waits twice as long as the one before (`min_explore_interval_ms` x 2,
@@ -301,6 +308,7 @@ impl Default for TransportConfig {
             rollback_verify: true,
             switch_on_failure: true,
             switch_on_cost_jump: true,
+            probe_early: true,
             cost_jump_factor: 2.0,
             explore_backoff_max: 4,
             max_origins: 256,

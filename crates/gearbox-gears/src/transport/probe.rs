@@ -177,6 +177,8 @@ pub struct ProbeAgent {
     timeout: Duration,
     /// Most extras per exploration (0: the paper's rule).
     max_extra: usize,
+    /// Whether [`ProbeAgent::early`] may end an exploration (on by default).
+    early_verdict: bool,
 }
 
 /// The protocol of 1-based slot `k`: odd slots TCP, even slots QUIC.
@@ -209,7 +211,15 @@ impl ProbeAgent {
             next_id: 1,
             timeout,
             max_extra,
+            early_verdict: true,
         }
+    }
+
+    /// The same agent with the early verdict on or off (`TransportConfig::probe_early`;
+    /// off: every exploration waits for all its answers, as before issue 19).
+    pub fn early_verdicts(mut self, on: bool) -> Self {
+        self.early_verdict = on;
+        self
     }
 
     /// Whether an exploration is running.
@@ -343,6 +353,9 @@ impl ProbeAgent {
     /// QUIC answer. Call it on every decision too, so the verdict comes when the next
     /// click does, not when the slowest probe answers.
     pub fn early(&mut self, now: Instant) -> Option<Outcome> {
+        if !self.early_verdict {
+            return None;
+        }
         let e = self.current.as_ref()?;
         // Per protocol: the completion times of the requests handed out, a running one's
         // the time it has run so far, and how many have answered.

@@ -275,7 +275,8 @@ fn state_of<'a>(
         probe: ProbeAgent::with_extras(
             ms(c.explore_timeout_ms),
             if c.probe_balance { c.probe_max_extra } else { 0 },
-        ),
+        )
+        .early_verdicts(c.probe_early),
         rollback: RollbackChecker::new(
             c.rollback,
             ms(c.rollback_interval_ms),
