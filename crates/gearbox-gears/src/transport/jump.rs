@@ -239,7 +239,9 @@ mod tests {
         }
         assert_eq!(l.check(Transport::Quic, t0 + ms(20), W, 2.0), None, "two requests");
         l.record(Transport::Quic, 900.0, Some(20.0), false, t0 + ms(12));
-        let j = l.check(Transport::Quic, t0 + ms(20), W, 2.0).expect("a jump from TCP's 2");
+        let j = l
+            .check(Transport::Quic, t0 + ms(20), W, 2.0)
+            .expect("a jump from TCP's 2");
         assert_eq!((j.recent, j.history, j.other), (45.0, None, 2.0));
 
         // History but no TCP known: nothing to compare with.

@@ -567,6 +567,26 @@ mod tests {
     use gearbox_gear_api::Protocol;
 
     #[test]
+    fn the_no_jump_gear_config_turns_off_issue_19s_throttle_rules_and_a_bad_factor_is_refused() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/gear/no-jump.toml");
+        let c = TransportConfig::from_file(&path).unwrap();
+        assert_eq!(
+            (
+                c.switch_on_cost_jump,
+                c.probe_early,
+                c.explore_backoff_max,
+                c.switch_on_failure
+            ),
+            (false, false, 1, true)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "cost_jump_factor = 0.5\n").unwrap();
+        let msg = TransportConfig::from_file(&bad).unwrap_err().to_string();
+        assert!(msg.contains("cost_jump_factor") && msg.contains("bad.toml"), "{msg}");
+    }
+
+    #[test]
     fn the_oracle_schedule_reads_from_a_gear_config_file_and_must_be_in_time_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("oracle.toml");
