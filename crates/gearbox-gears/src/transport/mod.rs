@@ -263,10 +263,12 @@ pub struct TransportConfig {
     pub cost_jump_factor: f64,
     /// WiseTrans-v2: an exploration ends as soon as every request of one protocol has
     /// answered and the other's, counted with the time they have run so far, take over
-    /// twice as long in median ([`probe::ProbeAgent::early`]); `false`: every exploration
-    /// waits for all its answers. Why: under a UDP rate limit QUIC answers slowly instead
-    /// of failing, and meanwhile every request issued took an extra or the last selected
-    /// protocol.
+    /// twice as long in median ([`probe::ProbeAgent::early`]); and requests issued after
+    /// the exploration's slots and extras go to the protocol leading it so far
+    /// ([`probe::ProbeAgent::leader`]). `false`: every exploration waits for all its
+    /// answers and those requests use the last selected protocol. Why: under a UDP rate
+    /// limit QUIC answers slowly instead of failing, and meanwhile every request issued
+    /// took an extra or the last selected protocol.
     pub probe_early: bool,
     /// WiseTrans-v2: after an exploration whose loser was clearly worse (its value over
     /// twice the winner's, or an early verdict, [`probe`]), the next score-triggered

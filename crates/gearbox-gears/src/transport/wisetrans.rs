@@ -416,7 +416,13 @@ impl TransportGear for WiseTrans {
                             }
                             ("probe", transport, PROBE_EXTRA)
                         }
-                        Some(ProbeChoice::Wait) => ("probe", st.current, "probe-wait"),
+                        Some(ProbeChoice::Wait) => match st.probe.leader(now) {
+                            Some(lead) => {
+                                extra.push(("lead", lead.name().to_string()));
+                                ("probe", lead, "probe-wait")
+                            }
+                            None => ("probe", st.current, "probe-wait"),
+                        },
                         None => exploit_reason(st),
                     }
                 }
@@ -1749,6 +1755,38 @@ mod tests {
             why.contains("why=probe-1of6") && why.contains("trigger=score-jump"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_click_while_one_probe_straggles_goes_to_the_protocol_leading_the_exploration() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // A new origin's click of 18: six slots and twelve extras, nine per protocol.
+        let first = burst(&mut g, t0, 18);
+        // QUIC's nine answer in 400 ms; TCP's in 540-820 ms but one, still running at 1 s.
+        let mut straggler = None;
+        for (k, (p, why)) in first.iter().enumerate() {
+            match transport_of(*p) {
+                Transport::Quic => g.observe(&done(Transport::Quic, 400.0, why, 2, (0, 0)), t0 + ms(400)),
+                Transport::Tcp if k == 0 => straggler = Some(why.clone()),
+                Transport::Tcp => {
+                    let rct = 500.0 + 20.0 * k as f64;
+                    g.observe(&done(Transport::Tcp, rct, why, 1, (0, 0)), t0 + ms(rct as u64));
+                }
+            }
+        }
+        assert!(g.origins[ORIGIN].probe.exploring(), "one TCP probe missing");
+        // The next click at 1 s: TCP's median (with the straggler's 1 s so far) is not over
+        // twice QUIC's, so no early verdict; the click goes to QUIC, the leader.
+        let (p, why) = g.ask(ORIGIN, t0 + ms(1_000));
+        assert_eq!(p, TransportChoice::Quic, "{why}");
+        assert!(why.contains("why=probe-wait;lead=quic"), "{why}");
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp), "nothing selected yet");
+        g.observe(
+            &done(Transport::Tcp, 1_100.0, &straggler.expect("slot 1"), 1, (0, 0)),
+            t0 + ms(1_100),
+        );
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
     }
 
     #[test]
