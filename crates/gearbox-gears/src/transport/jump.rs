@@ -16,13 +16,8 @@
 //!   [`RECENT`] (when it has fewer than [`MIN_HISTORY`] there, the gear has just moved to
 //!   it and the move itself is the change: only the other protocol's costs count, the
 //!   Rollback Checker's comparison without its 10 s wait);
-//! - **the other protocol's last known costs**: its requests (probe, verification or
-//!   exploitation) in the `window` up to its latest one, at most [`MEMORY`] old. The
-//!   whole window, not its latest three: a click's requests finish in queue order, so the
-//!   latest ones are the tail of a burst and cost several round trips more than its front
-//!   on any protocol (in the lab a jump of QUIC to 8.9 round trips was not seen against
-//!   TCP's last three probes at 3.6-7.3, the tail of the first click, while all nine of
-//!   TCP's had a median of 3.6).
+//! - **the other protocol's last known costs**: its latest [`RECENT`] requests (probe,
+//!   verification or exploitation), at most [`MEMORY`] old.
 //!
 //! It fires when the median of the latest [`RECENT`] exceeds `factor` times both
 //! medians (medians: one slow request is not a jump; two of three are). Costs are
@@ -79,7 +74,7 @@ pub struct Jump {
     /// Median round trips of its own history before them (None: too few, the gear has
     /// just moved to this protocol).
     pub history: Option<f64>,
-    /// Median round trips of the other protocol's last known requests (its window).
+    /// Median round trips of the other protocol's last known requests.
     pub other: f64,
     /// The latest [`RECENT`] requests' costs, ms (for the Rollback Checker's before side).
     pub costs: Vec<f64>,
@@ -129,8 +124,8 @@ impl CostLog {
     /// The jump of `current` at `now`, if its latest [`RECENT`] requests (all within
     /// `window`) cost over `factor` times both its own history (its requests in the
     /// `window` before them, when there are at least [`MIN_HISTORY`]) and the other
-    /// protocol's last known requests (those in the `window` up to its latest, at most
-    /// [`MEMORY`] old, at least one), in median round trips.
+    /// protocol's last known requests (at least one, at most [`MEMORY`] old), in median
+    /// round trips.
     pub fn check(&self, current: Transport, now: Instant, window: Duration, factor: f64) -> Option<Jump> {
         let mine = &self.entries[side(current)];
         if mine.len() < RECENT {
@@ -150,10 +145,10 @@ impl CostLog {
             .collect();
         let history = (history.len() >= MIN_HISTORY).then(|| median(history));
         let theirs = &self.entries[side(current.other())];
-        let last = theirs.back()?.at;
         let other: Vec<f64> = theirs
             .iter()
-            .filter(|e| last.saturating_duration_since(e.at) <= window)
+            .rev()
+            .take(RECENT)
             .filter(|e| now.saturating_duration_since(e.at) <= MEMORY)
             .map(|e| e.rounds)
             .collect();
@@ -287,30 +282,5 @@ mod tests {
             l.check(Transport::Quic, t0 + ms(71_010), W, 2.0).is_some(),
             "known again"
         );
-    }
-
-    #[test]
-    fn the_other_protocols_whole_last_window_counts_not_its_burst_tail() {
-        let t0 = Instant::now();
-        let mut l = CostLog::new();
-        // TCP's last click: nine requests finishing in queue order, 1 to 7 round trips.
-        for k in 0..9u64 {
-            l.record(
-                Transport::Tcp,
-                20.0 + 15.0 * k as f64,
-                Some(20.0),
-                false,
-                t0 + ms(100 + 30 * k),
-            );
-        }
-        for k in 0..6 {
-            l.record(Transport::Quic, 40.0, Some(20.0), false, t0 + ms(500 + k));
-        }
-        // QUIC at 9 round trips: over twice TCP's median (4), not over twice its last three's (6.25).
-        for k in 0..3 {
-            l.record(Transport::Quic, 180.0, Some(20.0), false, t0 + ms(8000 + k));
-        }
-        let j = l.check(Transport::Quic, t0 + ms(8010), W, 2.0).expect("a jump");
-        assert_eq!((j.recent, j.other), (9.0, 4.0));
     }
 }
