@@ -20,8 +20,9 @@ policy over TCP (`tcp`, `h1`; MPTCP is TCP), a client flag other than those two
 (`load_args`: the client's gears choose a protocol), an edge flag other than `--cc` and
 `--initial-window` (the edge's TCP-only flags change nothing for QUIC and are let
 through), a path of a multipath scenario that goes dark (a UDP block or drop-all policer,
-or all packets lost: the simulated client does not take a path out and re-issue its
-requests as the real one does), a `[control]` table (a control plane beside the edge).
+or all packets lost: the simulated client has no request failure, so its requests would
+wait for the run's time limit where `gearbox load` records them failed), a `[control]`
+table (a control plane beside the edge).
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ def check(s: sc.Scenario) -> None:
         raise _refuse(
             s,
             field,
-            "a path that goes dark (the simulated multipath client does not take a path out and "
-            "re-issue its requests on the others, as `gearbox load` does)",
+            "a path that goes dark (the simulated client has no request failure: its requests "
+            "would wait for the time limit, where `gearbox load` records them failed)",
         )
     for p in s.policies:
         if p.proto != "quic":
