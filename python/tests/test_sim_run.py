@@ -260,6 +260,18 @@ def test_a_multipath_scenario_runs_in_the_simulator_with_each_requests_path_in_t
     assert again.returncode == 0, again.stderr
 
 
+def test_the_shipped_multipath_scenario_is_one_both_sides_run() -> None:
+    s = sc.load(Path(__file__).resolve().parents[2] / "scenarios" / "sim" / "multipath-search.toml")
+    sim_run.check(s)
+    assert s.topology == "multipath" and len(s.paths) == 2
+    assert [sim_run.load_settings(s, p).get("path_scheduler") for p in s.policies] == [
+        None,
+        "minrtt",
+        "ecf",
+        "round-robin",
+    ]
+
+
 def test_the_fidelity_scenarios_are_ones_both_sides_run(tmp_path: Path) -> None:
     paths = fidelity.write_scenarios(tmp_path, reps=2, duration_s=5.0)
     counts = {}
