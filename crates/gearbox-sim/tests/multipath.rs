@@ -1,5 +1,5 @@
-//! Page loads on a multipath client in virtual time (SAILfish §4.2.1: one decision per
-//! stream, one QUIC connection per path).
+//! Page loads and workload runs on a multipath client in virtual time (SAILfish §4.2.1:
+//! one decision per stream, one QUIC connection per path).
 
 use std::path::Path;
 
