@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -21,6 +22,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+# Token authentication with a token of this test run's own, for the head this test starts
+# and for this process alike, set before Ray is imported (Ray reads the mode when it is
+# imported). With the mode unset, Ray turns token authentication on wherever
+# ~/.ray/auth_token exists (any `ray.init()` writes one), and a head and a driver that decide
+# differently refuse each other ("InvalidAuthToken").
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 ray = pytest.importorskip("ray")
 
 from gearbox.sim.vector import make_vector_env, registered  # noqa: E402
