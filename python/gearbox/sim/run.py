@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +62,28 @@ def _refuse(s: sc.Scenario, field: str, what: str) -> sc.ScenarioError:
     )
 
 
-def edge_settings(s: sc.Scenario, p: sc.Policy) -> dict[str, Any]:
-    """The sim config fields of a policy's edge flags; a ScenarioError naming the first
-    flag the simulator cannot honour."""
-    out: dict[str, Any] = {}
-    args = list(p.edge_args)
+def _flags(args: list[str], switches: tuple[str, ...] = ()) -> Iterator[tuple[str, str | None]]:
+    """A command line's flags with their values: `--flag=value`, `--flag value`, or a
+    switch (one of `switches`) with None; a flag missing its value at the end gets None."""
     i = 0
     while i < len(args):
         flag, value = args[i], None
         if "=" in flag:
             flag, value = flag.split("=", 1)
             i += 1
-        elif flag in EDGE_SWITCHES:
+        elif flag in switches:
             i += 1
         else:
             value = args[i + 1] if i + 1 < len(args) else None
             i += 2
+        yield flag, value
+
+
+def edge_settings(s: sc.Scenario, p: sc.Policy) -> dict[str, Any]:
+    """The sim config fields of a policy's edge flags; a ScenarioError naming the first
+    flag the simulator cannot honour."""
+    out: dict[str, Any] = {}
+    for flag, value in _flags(p.edge_args, EDGE_SWITCHES):
         if flag in TCP_ONLY_EDGE_FLAGS:
             continue
         if flag not in SIM_EDGE_FLAGS or value is None:
@@ -98,16 +105,7 @@ def load_settings(s: sc.Scenario, p: sc.Policy) -> dict[str, Any]:
     """The sim config fields of a policy's client flags: on several paths `--scheduler NAME`
     and `--sailfish-model DIR`; a ScenarioError naming any other flag."""
     out: dict[str, Any] = {}
-    args = list(p.load_args)
-    i = 0
-    while i < len(args):
-        flag, value = args[i], None
-        if "=" in flag:
-            flag, value = flag.split("=", 1)
-            i += 1
-        else:
-            value = args[i + 1] if i + 1 < len(args) else None
-            i += 2
+    for flag, value in _flags(p.load_args):
         if s.topology != "multipath" or flag not in SIM_LOAD_FLAGS or value is None:
             raise _refuse(s, f"policies.{p.name}.load_args", f"client flags {' '.join(p.load_args)}")
         out[SIM_LOAD_FLAGS[flag]] = value
