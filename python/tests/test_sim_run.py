@@ -153,9 +153,31 @@ def test_a_population_scenario_runs_in_the_simulator_with_each_prefix_on_its_own
             "edge flag --gear",
         ),
         (
-            lambda t: 'topology = "multipath"\n' + t + "[[path]]\nrtt_ms = 80.0\nbuffer_bdp = 1.0\n",
-            "topology",
-            "multipath",
+            lambda t: (
+                'topology = "multipath"\n'
+                + t
+                + "[[path]]\nrtt_ms = 80.0\n[[path.schedule]]\nat_s = 3.0\n"
+                + 'policer = { action = "block", protocol = "udp" }\n'
+            ),
+            "path[1].schedule[0].policer",
+            "goes dark",
+        ),
+        (
+            lambda t: 'topology = "multipath"\n' + t + "[[path]]\nrtt_ms = 80.0\n[policies.tcp]\n",
+            "policies.tcp",
+            "TCP or MPTCP",
+        ),
+        (
+            lambda t: (
+                'topology = "multipath"\n' + t.replace('name = "app"', 'name = "page"') + "[[path]]\nrtt_ms = 80.0\n"
+            ),
+            "workload.name",
+            "page loads on several paths",
+        ),
+        (
+            lambda t: t + '[policies.mp]\nproto = "quic"\nload_args = ["--scheduler", "minrtt"]\n',
+            "policies.mp.load_args",
+            "client flags --scheduler minrtt",
         ),
         (lambda t: t + "[control]\npoll_s = 1.0\n", "control", "control plane"),
     ],
@@ -165,6 +187,89 @@ def test_what_the_simulator_cannot_run_is_refused_by_name(tmp_path: Path, change
     with pytest.raises(sc.ScenarioError) as e:
         sim_run.check(s)
     assert field in str(e.value) and words in str(e.value) and "gearbox lab run" in str(e.value)
+
+
+MULTIPATH = """
+name = "sim-multipath"
+duration_s = 40
+topology = "multipath"
+[workload]
+name = "search"
+seed = 4
+time_scale = 0.25
+[[path]]
+name = "wifi"
+bandwidth_mbps = 20.0
+rtt_ms = 20.0
+buffer_bdp = 1.0
+[[path]]
+name = "lte"
+bandwidth_mbps = 5.0
+rtt_ms = 120.0
+buffer_bdp = 1.0
+[policies.quic]
+baseline = true
+[policies.minrtt]
+proto = "quic"
+load_args = ["--scheduler", "minrtt"]
+[policies.rr]
+proto = "quic"
+load_args = ["--scheduler=round-robin"]
+"""
+
+
+def test_a_multipath_scenario_runs_in_the_simulator_with_each_requests_path_in_the_table(
+    gearbox_bin: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
+    scenario = _scenario(tmp_path, MULTIPATH)
+    cmd = [str(gearbox_bin), "sim", "run", str(scenario), "--out", str(out), "--no-progress", "--report"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    config = (out / "runs" / "c000-minrtt-r0" / "sim.toml").read_text()
+    assert 'path_scheduler = "minrtt"' in config and config.count("[[path]]") == 2
+
+    import duckdb
+
+    rows = duckdb.sql(
+        f"select policy, path_index, path_decision, rct_ms, local_addr from '{out / 'requests.parquet'}' "
+        "where side = 'client'"
+    ).fetchall()
+    by_policy: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_policy.setdefault(row[0], []).append(row[1:])
+    assert set(by_policy) == {"quic", "minrtt", "rr"}
+    # Every request names its path, and left from that path's address.
+    for policy, reqs in by_policy.items():
+        assert all(p in (0, 1) and local.startswith(f"10.0.{p}.2:") for p, _, _, local in reqs), policy
+    # `gearbox load`'s rule: search's clients split over the two paths by client index.
+    quic = by_policy["quic"]
+    assert {p for p, *_ in quic} == {0, 1} and all(d.startswith("client-index:") for _, d, *_ in quic)
+    # Round robin alternates; MinRTT sends most requests on the 20 ms path (51 of 65).
+    rr = [p for p, *_ in by_policy["rr"]]
+    assert abs(rr.count(0) - rr.count(1)) <= 1
+    minrtt = [p for p, *_ in by_policy["minrtt"]]
+    assert minrtt.count(0) > 2 / 3 * len(minrtt), minrtt
+    assert all(d.startswith("minrtt:") for _, d, *_ in by_policy["minrtt"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert {p["policy"] for p in summary["policies"]} == {"quic", "minrtt", "rr"}
+    again = subprocess.run(
+        [sys.executable, "-m", "gearbox.lab", "report", str(out)], capture_output=True, text=True, env=env
+    )
+    assert again.returncode == 0, again.stderr
+
+
+def test_the_shipped_multipath_scenario_is_one_both_sides_run() -> None:
+    s = sc.load(Path(__file__).resolve().parents[2] / "scenarios" / "sim" / "multipath-search.toml")
+    sim_run.check(s)
+    assert s.topology == "multipath" and len(s.paths) == 2
+    assert [sim_run.load_settings(s, p).get("path_scheduler") for p in s.policies] == [
+        None,
+        "minrtt",
+        "ecf",
+        "round-robin",
+    ]
 
 
 def test_the_fidelity_scenarios_are_ones_both_sides_run(tmp_path: Path) -> None:

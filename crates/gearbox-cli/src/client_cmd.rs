@@ -583,8 +583,9 @@ pub struct LoadArgs {
     /// repeating --local-addr). Each must be an address of this host.
     #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',', conflicts_with = "local_addr")]
     pub paths: Vec<IpAddr>,
-    /// Path scheduler of page workloads: every page load goes over HTTP/3 on all the
-    /// paths, each request on the path this scheduler picks (docs/client.md, "Multipath").
+    /// Path scheduler: every page load of a page workload goes over HTTP/3 on all the
+    /// paths, each request on the path this scheduler picks; another workload's requests go
+    /// over HTTP/3, each on the path it picks (docs/client.md, "Multipath").
     /// `sailfish` is the learned policy in --sailfish-model (MinRTT, with a warning, when
     /// that policy cannot be used on this many paths).
     #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(SCHEDULERS.iter().copied().chain([SAILFISH])))]
@@ -637,14 +638,8 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let path_scheduler = match &a.scheduler {
         None => None,
         Some(name) => {
-            if !matches!(spec.pattern(), Some(Pattern::Page(_))) {
-                bail!(
-                    "--scheduler schedules the requests of page loads; workload {} has no pages (use --workload page)",
-                    spec.name
-                );
-            }
-            if !matches!(a.proto, None | Some(Proto::Quic)) {
-                bail!("--scheduler loads pages over HTTP/3 on every path; leave --proto out or set it to quic");
+            if !matches!(a.proto, None | Some(Proto::Quic)) || a.gear.gear.is_some() {
+                bail!("--scheduler sends every request over HTTP/3 on the path it picks; leave --proto and --gear out or set --proto quic");
             }
             let paths = conn.local_addr.len().max(1);
             Some(path_scheduling(name, &a.sailfish_model, paths)?)
@@ -694,7 +689,9 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     };
     let control = client_control(&a.control)?;
     let polled = control.as_ref().is_some_and(|c| c.policies.is_some());
-    let (transport, gear, slot) = a.gear.resolve(a.proto, polled)?;
+    // A scheduled replay sends every request over HTTP/3 (checked above).
+    let proto = a.proto.or(path_scheduler.as_ref().map(|_| Proto::Quic));
+    let (transport, gear, slot) = a.gear.resolve(proto, polled)?;
     let requests = spec.generate(a.seed, limit);
     if requests.is_empty() {
         bail!("workload {} gives no requests for this limit", spec.name);

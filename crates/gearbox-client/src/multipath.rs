@@ -363,6 +363,81 @@ impl Client {
     }
 }
 
+/// Path choice for the requests of a request workload (`feed`, `app`, `search`, `bulk`)
+/// on every local path: each request on the path a [`PathGear`] picks from the paths'
+/// states, as each request of a multipath page load (SAILfish §4.2.1; no page, so no
+/// dependencies and no browser order: requests go at their send times). Every path's
+/// connection is opened first, as a page load opens them; a path whose connection does
+/// not open stays a choice, and its requests fail and are recorded as such (a workload
+/// replay records failures and goes on). One scheduler and one [`PathMonitor`] per path
+/// serve the whole replay (its counters cover the replay, not a page).
+pub(crate) struct RequestScheduler {
+    gear: Box<dyn PathGear>,
+    monitors: Vec<PathMonitor>,
+    authority: String,
+}
+
+impl Client {
+    /// Opens every local path's HTTP/3 connection to `origin` (`https://host:port`) for a
+    /// workload replay whose requests `gear` places.
+    pub(crate) async fn open_paths(
+        &self,
+        origin: &str,
+        gear: Box<dyn PathGear>,
+    ) -> Result<RequestScheduler, ClientError> {
+        check_local_addrs(&self.inner.cfg.local_addrs)?;
+        let url = parse_url(&format!("{}/", origin.trim_end_matches('/')))?;
+        let paths = self.inner.cfg.local_addrs.len().max(1);
+        let opened = futures::future::join_all((0..paths).map(|i| self.connect_path(&url, i, false))).await;
+        for (i, result) in opened.into_iter().enumerate() {
+            if let Err(e) = result {
+                tracing::warn!(path = i, error = %e, "path's connection did not open; its requests will fail");
+            }
+        }
+        let local = |i: usize| {
+            self.inner
+                .cfg
+                .local_addrs
+                .get(i)
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        };
+        Ok(RequestScheduler {
+            gear,
+            monitors: (0..paths).map(|i| PathMonitor::new(i, local(i))).collect(),
+            authority: url.authority,
+        })
+    }
+}
+
+impl RequestScheduler {
+    /// The path of `request` (whose response is `request.expected_bytes`) and the
+    /// scheduler's reason, read from every path's connection now; the path's monitor counts
+    /// the response in flight until [`RequestScheduler::ended`].
+    pub(crate) fn choose(&mut self, client: &Client, request: &PathRequest) -> (usize, String) {
+        let now = Instant::now();
+        for m in &mut self.monitors {
+            if let Some((sample, _)) = client.path_sample(&self.authority, m.index) {
+                m.observe(now, sample);
+            }
+        }
+        let states: Vec<PathState> = self.monitors.iter().map(PathMonitor::state).collect();
+        let decision = self.gear.choose(request, &states, now);
+        let path = states[decision.choice.min(states.len() - 1)].index;
+        self.monitors[path].stream_started(request.expected_bytes.unwrap_or(0));
+        (path, decision.reason)
+    }
+
+    /// The request of `expected_bytes` on `path` ended (done or failed): the path's
+    /// statistics are read as the response completes, as a page load reads them.
+    pub(crate) fn ended(&mut self, client: &Client, path: usize, expected_bytes: u64) {
+        self.monitors[path].stream_ended(expected_bytes);
+        if let Some((sample, _)) = client.path_sample(&self.authority, path) {
+            self.monitors[path].observe(Instant::now(), sample);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ use crate::client::{Client, Request};
 use crate::multipath::MultipathOptions;
 use crate::page::PageLoadOptions;
 use crate::{Decision, StaticTransport, TransportChoice, TransportGear, TransportPref};
-use gearbox_gear_api::PathGear;
+use gearbox_gear_api::{PathGear, PathRequest};
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,10 @@ pub enum ReplayError {
     /// already holds it, and a chain printer would say it twice.)
     #[error("page workload: {0}")]
     Page(WorkloadError),
+    /// The paths of a scheduled replay could not be set up (a local address that is not
+    /// this host's, a bad target URL).
+    #[error("multipath: {0}")]
+    Paths(crate::ClientError),
 }
 
 impl From<WorkloadError> for ReplayError {
@@ -72,10 +76,11 @@ pub struct ReplayOptions {
     pub time_scale: f64,
     /// Local paths of the client: a request goes on path `client_index % paths`.
     pub paths: usize,
-    /// Page workloads with a path scheduler: every page load runs over HTTP/3 on all
-    /// the client's paths, each request on the path a fresh scheduler of this kind
-    /// picks ([`Client::load_page_multipath`]; one scheduler per page load, SAILfish's
-    /// epoch). `None`: page loads on one path as above.
+    /// A path scheduler: every page load of a page workload runs over HTTP/3 on all the
+    /// client's paths, each request on the path a fresh scheduler of this kind picks
+    /// ([`Client::load_page_multipath`]; one scheduler per page load, SAILfish's epoch);
+    /// the requests of another workload go each on the path one scheduler picks for the
+    /// whole replay ([`replay_requests`]). `None`: a request's path is `paths` above.
     pub path_scheduler: Option<PathScheduling>,
     /// Page workloads: a page-level gear that picks each page load's transport and says why
     /// (the HTTP-version gear, FlexHTTP §3.4: h2 = `Tcp`, h3 = `Quic`), given the page's URL
@@ -175,13 +180,24 @@ pub async fn replay(
 
 /// Sends each request at its (scaled) send time, concurrently with those still running,
 /// and returns when all have finished. Requests with `request_bytes > 0` are POSTs of that
-/// many bytes; failures are not returned but recorded (the record's `error`).
+/// many bytes; failures are not returned but recorded (the record's `error`). Each goes on
+/// path `client_index mod paths`, or with a path scheduler on the path it picks (its
+/// record then has `path_index` and `path_decision`).
 pub async fn replay_requests(
     client: &Client,
     requests: &[gearbox_workload::Request],
     options: &ReplayOptions,
 ) -> Result<(), ReplayError> {
     options.check()?;
+    let scheduler = match &options.path_scheduler {
+        Some(s) => Some(Arc::new(Mutex::new(
+            client
+                .open_paths(&options.target, (s.make)())
+                .await
+                .map_err(ReplayError::Paths)?,
+        ))),
+        None => None,
+    };
     let start = tokio::time::Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for r in requests {
@@ -200,11 +216,27 @@ pub async fn replay_requests(
         req.click = Some(r.click);
         req.force_new_connection = r.new_connection;
         req.path_index = options.path_index(r.client_index);
+        if let Some(s) = &scheduler {
+            let request = PathRequest {
+                url: req.url.clone(),
+                // RFC 9218's default urgency: a workload request carries no priority.
+                urgency: 3,
+                expected_bytes: Some(r.response_bytes),
+                workload_client: Some(r.client_index),
+            };
+            let (path, reason) = s.lock().unwrap_or_else(|p| p.into_inner()).choose(client, &request);
+            req.path_index = path;
+            req.path_decision = Some(reason);
+        }
         req.discard_body = true;
         let client = client.clone();
+        let scheduled = scheduler.clone().map(|s| (s, req.path_index, r.response_bytes));
         running.spawn(async move {
             // The record is in telemetry and with the gear; errors are counted there.
             let _ = client.request(req).await;
+            if let Some((s, path, bytes)) = scheduled {
+                s.lock().unwrap_or_else(|p| p.into_inner()).ended(&client, path, bytes);
+            }
         });
     }
     while running.join_next().await.is_some() {}

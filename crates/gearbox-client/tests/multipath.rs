@@ -253,3 +253,51 @@ async fn a_path_that_dies_mid_load_is_taken_out_and_no_request_is_lost() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_workload_goes_on_the_path_the_scheduler_picks_for_each_request() {
+    use gearbox_client::replay::{replay_requests, PathScheduling, RecordLog, RecordingGear, ReplayOptions};
+    use gearbox_client::{StaticTransport, TransportPref};
+    use gearbox_workload::{Limit, WorkloadSpec};
+
+    let site = Site::new();
+    let config = two_paths(&site);
+    with_edge(&site, |quic| async move {
+        let log = RecordLog::new();
+        let gear = RecordingGear::new(StaticTransport::new(TransportPref::Quic), log.clone());
+        let client = Client::with_gear(config, Box::new(gear)).expect("client");
+        let requests = WorkloadSpec::builtin("app")
+            .expect("app")
+            .generate(3, Limit::Requests(12));
+        let options = ReplayOptions {
+            target: format!("https://{quic}"),
+            transport: TransportPref::Quic,
+            time_scale: 0.001,
+            paths: 2,
+            path_scheduler: Some(PathScheduling {
+                name: "round-robin".into(),
+                make: Arc::new(|| scheduler("round-robin").expect("round-robin")),
+            }),
+            page_version: None,
+        };
+        replay_requests(&client, &requests, &options).await.expect("replay");
+        let records = log.take();
+        assert_eq!(records.len(), requests.len());
+        // `app` has one workload client: without a scheduler all would go on path 0.
+        let mut per_path = [0usize; 2];
+        for r in &records {
+            assert!(r.error.is_none(), "{r:?}");
+            assert_eq!(r.protocol, Protocol::H3);
+            let path = r.path_index.expect("a scheduled request names its path");
+            assert!(
+                r.path_decision.as_deref().unwrap_or("").starts_with("round-robin:"),
+                "{r:?}"
+            );
+            let local = if path == 0 { PATH_0 } else { PATH_1 };
+            assert!(r.local_addr.starts_with(&format!("{local}:")), "{r:?}");
+            per_path[path] += 1;
+        }
+        assert_eq!(per_path, [6, 6], "round robin alternates");
+    })
+    .await;
+}

@@ -21,6 +21,7 @@ use quinn_proto::{
 
 use crate::null_crypto::{NullClientConfig, NullServerConfig};
 use crate::packet;
+use crate::paths::{PathView, WorkloadPaths};
 use crate::{population_addr, population_prefix, PacketProtection, SimConfig};
 
 /// Why a simulation cannot run.
@@ -78,6 +79,9 @@ pub(crate) struct Pending {
     first_byte_at: Option<Duration>,
     pub(crate) received: u64,
     new_connection: bool,
+    /// The path a multipath client chose for it and the rule's reason (its record's
+    /// `path_index` and `path_decision`); None on a single path or a population.
+    pub(crate) path_choice: Option<(usize, String)>,
 }
 
 impl Pending {
@@ -91,6 +95,7 @@ impl Pending {
             first_byte_at: None,
             received: 0,
             new_connection: false,
+            path_choice: None,
         }
     }
 }
@@ -366,9 +371,12 @@ pub(crate) struct Sim {
     pub(crate) completed: usize,
     /// A page load's dependency graph ([`crate::PageLoad`]); None for a workload run.
     pub(crate) graph: Option<crate::page::Graph>,
-    /// A page load's completed streams not yet handed to its path monitors: when, which
-    /// object, and its path's statistics then.
-    pub(crate) completions: Vec<(Instant, usize, gearbox_gear_api::PathSample)>,
+    /// The client's view of its paths (None for a population): what a path choice sees
+    /// ([`crate::paths`]).
+    pub(crate) path_view: Option<PathView>,
+    /// How a workload run on several paths chooses each request's path (None: one path
+    /// or a population).
+    workload_paths: Option<WorkloadPaths>,
     cc_name: String,
     buf: Vec<u8>,
     /// Records already handed out by [`Session::take_records`].
@@ -498,6 +506,15 @@ impl Session {
             file: PathBuf::from(&config.workload),
             message: format!("workload: {e}"),
         })?;
+        if !config.path.is_empty() && matches!(workload.pattern(), Some(gearbox_workload::Pattern::Page(_))) {
+            return Err(SimError::Config {
+                file: PathBuf::from(&config.workload),
+                message: "workload: a page workload on several paths loads pages (`gearbox load --scheduler`); \
+                          the simulator loads them one page at a time (`PageLoad`, docs/sim.md \"Page loads on \
+                          several paths\"), not as a workload run"
+                    .into(),
+            });
+        }
         let mut requests = workload.generate(
             config.workload_seed.unwrap_or(config.seed),
             Limit::DurationMs(config.duration_s * 1e3),
@@ -508,8 +525,17 @@ impl Session {
                 r.send_at_ms *= scale;
             }
         }
+        let mut sim = Sim::new(config, requests.into_iter().map(Pending::new).collect())?;
+        if let Some(WorkloadPaths::Gear(_)) = sim.workload_paths {
+            // A scheduler chooses among paths it knows: every path's connection opens at
+            // time zero, as the multipath client opens its paths (SAILfish's MPQUIC opens
+            // them when the connection starts).
+            for p in 0..sim.paths.len() {
+                sim.connect(p)?;
+            }
+        }
         Ok(Session {
-            sim: Sim::new(config, requests.into_iter().map(Pending::new).collect())?,
+            sim,
             limit: Duration::from_secs_f64(config.time_limit_s()),
         })
     }
@@ -703,6 +729,12 @@ impl Sim {
         // simulator. Off, every packet stayed at the 1200-byte minimum and a transfer
         // took 20% more packets than the emulator's (docs/sim.md "Fidelity").
         let mtud = true;
+        // One client's paths (a page load may run on one): what a path choice sees.
+        let path_view = (config.population.is_none()).then(|| PathView::new(paths.len(), |p| client_ip(p).to_string()));
+        let workload_paths = match config.path.is_empty() {
+            false => Some(WorkloadPaths::from_config(config, std::path::Path::new("<config>"))?),
+            true => None,
+        };
         Ok(Sim {
             base: Instant::now(),
             now: Duration::ZERO,
@@ -749,7 +781,8 @@ impl Sim {
             taken: 0,
             period_rcts: HashMap::new(),
             graph: None,
-            completions: Vec::new(),
+            path_view,
+            workload_paths,
         })
     }
 
@@ -1004,29 +1037,76 @@ impl Sim {
                 self.client_due.insert(c);
                 continue;
             }
-            // A new connection when the workload asks for one, and when the current one
-            // has closed (e.g. its idle timeout passed during a long think time), as a
-            // real client reconnects.
-            let closed = self.clients.last().is_none_or(ClientConn::closed);
-            if closed || self.pending[i].req.new_connection {
-                self.connect(0)?;
-                self.pending[i].new_connection = true;
+            let fresh = self.pending[i].req.new_connection;
+            if self.workload_paths.is_some() {
+                let (path, reason) = self.choose_path(i);
+                self.assign(i, path, reason, fresh)?;
+            } else {
+                self.start_on_path(i, 0, fresh)?;
             }
-            let c = self.clients.len() - 1;
-            self.pending[i].conn = c;
-            self.clients[c].waiting.push_back(i);
-            self.client_due.insert(c);
         }
         Ok(progress)
     }
 
-    /// Queues request `i` on `path`'s connection (a new one when it has none or it
-    /// closed), for a page load's assignment.
-    pub(crate) fn start_on_path(&mut self, i: usize, path: usize) -> Result<(), SimError> {
+    /// The path of workload request `i` on a multipath client, and the rule's reason.
+    fn choose_path(&mut self, i: usize) -> (usize, String) {
+        let n = self.paths.len();
+        let client = self.pending[i].req.client_index;
+        let mut gear = match self.workload_paths.take() {
+            Some(WorkloadPaths::Gear(gear)) => gear,
+            rule => {
+                self.workload_paths = rule;
+                return (client as usize % n, format!("client-index:{client}%{n}"));
+            }
+        };
+        let states = self.path_states();
+        let r = &self.pending[i].req;
+        let request = gearbox_gear_api::PathRequest {
+            url: format!("https://{SERVER}{}", r.path),
+            // RFC 9218's default urgency: a workload request carries no priority.
+            urgency: 3,
+            expected_bytes: Some(r.response_bytes),
+            workload_client: Some(client),
+        };
+        let d = gear.choose(&request, &states, self.instant());
+        self.workload_paths = Some(WorkloadPaths::Gear(gear));
+        (states[d.choice.min(n - 1)].index, d.reason)
+    }
+
+    /// Every path's state as a multipath client's path choice sees it now
+    /// ([`PathView::states`]).
+    pub(crate) fn path_states(&mut self) -> Vec<gearbox_gear_api::PathState> {
+        let now = self.instant();
+        let Some(view) = self.path_view.as_mut() else {
+            return Vec::new();
+        };
+        let (clients, path_conn) = (&self.clients, &self.path_conn);
+        view.states(now, |p| {
+            path_conn[p]
+                .map(|c| &clients[c])
+                .filter(|c| c.is_connected())
+                .map(ClientConn::sample)
+        })
+    }
+
+    /// Sends request `i` on `path` of a multipath client, chosen for `reason` (its
+    /// record's `path_index` and `path_decision`); `fresh`: on a new connection.
+    pub(crate) fn assign(&mut self, i: usize, path: usize, reason: String, fresh: bool) -> Result<(), SimError> {
+        if let Some(view) = self.path_view.as_mut() {
+            view.started(path, self.pending[i].req.response_bytes);
+        }
+        self.pending[i].path_choice = Some((path, reason));
+        self.start_on_path(i, path, fresh)
+    }
+
+    /// Queues request `i` on `path`'s connection: a new one when `fresh` (the workload
+    /// asks for one), when the path has none, or when it closed (e.g. its idle timeout
+    /// passed during a long think time), as a real client reconnects.
+    fn start_on_path(&mut self, i: usize, path: usize, fresh: bool) -> Result<(), SimError> {
         let live = self.path_conn[path].filter(|&c| !self.clients[c].closed());
         let c = match live {
-            Some(c) => c,
-            None => {
+            Some(c) if !fresh => c,
+            _ => {
                 self.connect(path)?;
                 self.pending[i].new_connection = true;
                 self.clients.len() - 1
@@ -1451,19 +1531,21 @@ impl Sim {
             progress = true;
             if let Some(g) = self.graph.as_mut() {
                 g.completed(i, self.now, &mut self.pending);
+            }
+            if let (Some(view), Some((path, _))) = (self.path_view.as_mut(), &self.pending[i].path_choice) {
                 // The client reads the path's statistics as each response completes
-                // (gearbox-client's multipath load does): the page load's monitors
-                // replay these readings in order.
+                // (gearbox-client's multipath load does): the monitors replay these
+                // readings in order before the next choice.
                 let sample = self.clients[self.pending[i].conn].sample();
-                self.completions.push((self.instant(), i, sample));
+                view.completed(self.base + self.now, *path, self.pending[i].req.response_bytes, sample);
             }
         }
         progress
     }
 
     fn record(&self, i: usize) -> String {
-        let path = self.graph.as_ref().and_then(|g| g.decision(i));
         let p = &self.pending[i];
+        let path = p.path_choice.as_ref();
         let c = &self.clients[p.conn];
         let issued = Duration::from_secs_f64(p.req.send_at_ms / 1e3);
         let done = p.first_byte_at.unwrap_or(self.now).max(self.now);
@@ -1506,8 +1588,8 @@ impl Sim {
             error: None,
             retried_from: None,
             retry_lost_ms: None,
-            path_index: path.map(|(p, _)| p),
-            path_decision: path.map(|(_, reason)| reason.to_string()),
+            path_index: path.map(|(p, _)| *p),
+            path_decision: path.map(|(_, reason)| reason.clone()),
         };
         let mut v = serde_json::to_value(&record).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {

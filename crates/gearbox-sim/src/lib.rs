@@ -26,9 +26,11 @@ mod engine;
 pub mod null_crypto;
 mod packet;
 mod page;
+mod paths;
 
 pub use engine::{run, ConnectionMonitor, GearRun, Session, SimError, SimOutcome};
 pub use page::{PageLoad, PageOutcome, StreamOutcome, StreamRequest};
+pub use paths::SAILFISH;
 
 use std::path::{Path, PathBuf};
 
@@ -78,6 +80,15 @@ pub struct SimConfig {
     /// in path order; instead of `down` and `up`.
     #[serde(default)]
     pub path: Vec<SimPath>,
+    /// A workload run on `path`s: the path scheduler that puts each request on a path
+    /// (a name of `gearbox_gears::path::SCHEDULERS`, or `sailfish` with
+    /// `sailfish_model`; SAILfish §4.2.1). Default: `gearbox load`'s rule, the request of
+    /// workload client `c` on path `c mod paths` (docs/sim.md "Workloads on several paths").
+    #[serde(default)]
+    pub path_scheduler: Option<String>,
+    /// `path_scheduler = "sailfish"`: the policy's folder (`gearbox learn sailfish`).
+    #[serde(default)]
+    pub sailfish_model: Option<PathBuf>,
     /// Clients spread over /24 prefixes, each prefix its own pair of links (the
     /// emulator's `population` topology; TCP WISE §IV-C1 clusters clients by /24);
     /// instead of `down` and `up`.
@@ -369,6 +380,7 @@ impl SimConfig {
                 }
             }
         }
+        paths::WorkloadPaths::from_config(self, file)?;
         Ok(())
     }
 

@@ -7,13 +7,14 @@
 //! connection of the chosen path and the response returns on it (one connection per
 //! path, docs/architecture.md "Choices made"), so what a decision sees is what the
 //! client knows about each path: the [`PathState`] that `gearbox-client`'s multipath
-//! page load hands its scheduler, built by the same [`PathMonitor`] from readings of the
-//! client connection's quinn-proto statistics.
+//! page load hands its scheduler, built by the same `PathMonitor` from readings of the
+//! client connection's quinn-proto statistics ([`crate::paths`], shared with workload
+//! runs on several paths).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use gearbox_gear_api::{PathGear, PathMonitor, PathRequest, PathState};
+use gearbox_gear_api::{PathGear, PathRequest, PathState};
 use gearbox_workload::{request_bytes_for_get, ObjectKind, Page, Request};
 
 use crate::engine::{Pending, Sim};
@@ -29,8 +30,6 @@ pub(crate) struct Graph {
     children: Vec<Vec<usize>>,
     discovered_at: Vec<Option<Duration>>,
     done_at: Vec<Option<Duration>>,
-    path: Vec<Option<usize>>,
-    reason: Vec<String>,
     /// Each object's place among objects ready together ([`PageObject::browser_order`]).
     ///
     /// [`PageObject::browser_order`]: gearbox_workload::PageObject::browser_order
@@ -52,8 +51,6 @@ impl Graph {
             children,
             discovered_at: vec![None; n],
             done_at: vec![None; n],
-            path: vec![None; n],
-            reason: vec![String::new(); n],
             order: page.objects.iter().map(|o| o.browser_order()).collect(),
         }
     }
@@ -81,11 +78,6 @@ impl Graph {
                 self.discover(c, now, pending);
             }
         }
-    }
-
-    /// The path and the scheduler's reason recorded for object `i`, if it was assigned.
-    pub(crate) fn decision(&self, i: usize) -> Option<(usize, &str)> {
-        self.path[i].map(|p| (p, self.reason[i].as_str()))
     }
 }
 
@@ -140,7 +132,6 @@ pub struct PageOutcome {
 pub struct PageLoad {
     sim: Sim,
     limit: Duration,
-    monitors: Vec<PathMonitor>,
     sizes: Vec<u64>,
     kinds: Vec<ObjectKind>,
     urls: Vec<String>,
@@ -181,9 +172,6 @@ impl PageLoad {
         graph.discover(0, Duration::ZERO, &mut sim.pending);
         sim.graph = Some(graph);
         Ok(PageLoad {
-            monitors: (0..sim.paths.len())
-                .map(|p| PathMonitor::new(p, crate::engine::client_ip(p).to_string()))
-                .collect(),
             limit: Duration::from_secs_f64(config.time_limit_s()),
             sizes: page.objects.iter().map(|o| o.size_bytes).collect(),
             kinds: page.objects.iter().map(|o| o.kind).collect(),
@@ -224,7 +212,7 @@ impl PageLoad {
                 expected_bytes: Some(self.sizes[object]),
                 workload_client: None,
             },
-            paths: self.observe(),
+            paths: self.sim.path_states(),
         }))
     }
 
@@ -244,10 +232,7 @@ impl PageLoad {
             return Err(SimError::Setup(format!("object {object} is not waiting for a path")));
         };
         g.ready.remove(at);
-        g.path[object] = Some(path);
-        g.reason[object] = reason.to_string();
-        self.monitors[path].stream_started(self.sizes[object]);
-        self.sim.start_on_path(object, path)
+        self.sim.assign(object, path, reason.to_string(), false)
     }
 
     /// Loads the page with a path gear deciding every stream (the gear sees every path:
@@ -276,7 +261,7 @@ impl PageLoad {
         let streams: Vec<StreamOutcome> = (0..self.sizes.len())
             .map(|i| StreamOutcome {
                 object: i,
-                path: g.path[i],
+                path: self.sim.pending[i].path_choice.as_ref().map(|(p, _)| *p),
                 size_bytes: self.sizes[i],
                 discovered_ms: ms(g.discovered_at[i]),
                 done_ms: ms(g.done_at[i]),
@@ -298,28 +283,5 @@ impl PageLoad {
     /// `decision` carries the path and the scheduler's reason.
     pub fn records(&self) -> Vec<String> {
         self.sim.records().to_vec()
-    }
-
-    /// Every path's state now: the readings taken as streams completed since the
-    /// previous decision are replayed (each stream taken off its path, then the reading),
-    /// then each connected path's statistics are read, as the client does before a
-    /// request.
-    fn observe(&mut self) -> Vec<PathState> {
-        for (at, i, sample) in std::mem::take(&mut self.sim.completions) {
-            if let Some(p) = self.sim.graph.as_ref().and_then(|g| g.path[i]) {
-                self.monitors[p].stream_ended(self.sizes[i]);
-                self.monitors[p].observe(at, sample);
-            }
-        }
-        let instant = self.sim.instant();
-        for m in &mut self.monitors {
-            let Some(c) = self.sim.path_conn[m.index].map(|c| &self.sim.clients[c]) else {
-                continue;
-            };
-            if c.is_connected() {
-                m.observe(instant, c.sample());
-            }
-        }
-        self.monitors.iter().map(PathMonitor::state).collect()
     }
 }

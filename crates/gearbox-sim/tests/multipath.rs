@@ -1,5 +1,5 @@
-//! Page loads on a multipath client in virtual time (SAILfish §4.2.1: one decision per
-//! stream, one QUIC connection per path).
+//! Page loads and workload runs on a multipath client in virtual time (SAILfish §4.2.1:
+//! one decision per stream, one QUIC connection per path).
 
 use std::path::Path;
 
@@ -157,4 +157,155 @@ fn a_config_gives_either_one_path_or_a_list() {
     let bad = "duration_s = 1\nworkload = \"page\"\n[[path]]\n[path.down]\nrate_bps = 1000000\n[[path]]\n[path.down]\nrate_bps = 0\n";
     let e = SimConfig::parse(bad, Path::new("p.toml")).unwrap_err().to_string();
     assert!(e.starts_with("p.toml: path[1].down:"), "{e}");
+}
+
+// Workload runs on several paths: each request's path chosen by the client's rule or by a
+// path scheduler (docs/sim.md "Workloads on several paths").
+
+/// 200 s of `app` sent in 20 s (time scale 0.1) over two paths: `fast` (50 Mbit/s, 10 ms) and `slow` (5 Mbit/s, 100 ms)
+/// in the order given, with `scheduler` choosing each request's path (None: the client's
+/// rule).
+fn workload_on_two_paths(fast_first: bool, scheduler: Option<&str>) -> Vec<serde_json::Value> {
+    let fast = "rate_bps = 50000000\ndelay_ms = 5.0\nbase_rtt_ms = 10.0\nqueue = { limit_bdp = 2.0 }\n";
+    let slow = "rate_bps = 5000000\ndelay_ms = 50.0\nbase_rtt_ms = 100.0\nqueue = { limit_bdp = 2.0 }\n";
+    let (a, b) = if fast_first { (fast, slow) } else { (slow, fast) };
+    let scheduler = scheduler.map_or(String::new(), |s| format!("path_scheduler = \"{s}\"\n"));
+    let text = format!(
+        "seed = 5\nduration_s = 200.0\ntime_scale = 0.1\nworkload = \"app\"\n{scheduler}\
+         [[path]]\n[path.down]\n{a}[[path]]\n[path.down]\n{b}"
+    );
+    let config = SimConfig::parse(&text, Path::new("mp-app.toml")).unwrap();
+    let out = gearbox_sim::run(&config).unwrap();
+    assert!(
+        !out.timed_out && out.completed == out.requests && out.requests > 50,
+        "{out:?}"
+    );
+    out.records.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Requests per path.
+fn per_path(records: &[serde_json::Value]) -> [usize; 2] {
+    let mut n = [0; 2];
+    for r in records {
+        let p = r["path_index"].as_u64().expect("a multipath record names its path") as usize;
+        assert!(
+            r["local_addr"].as_str().unwrap().starts_with(&format!("10.0.{p}.2:")),
+            "{r}"
+        );
+        n[p] += 1;
+    }
+    n
+}
+
+#[test]
+fn a_workload_on_two_paths_goes_where_its_rule_puts_each_request() {
+    // Round robin alternates, so both paths carry half the requests.
+    let rr = workload_on_two_paths(true, Some("round-robin"));
+    let n = per_path(&rr);
+    assert!(n[0].abs_diff(n[1]) <= 1, "round-robin: {n:?}");
+    assert!(rr
+        .iter()
+        .all(|r| r["path_decision"].as_str().unwrap().starts_with("round-robin:")));
+    // The client's own rule: workload client c on path c mod 2; `app` has one client, so
+    // every request goes on path 0, as `gearbox load` sends it with two local addresses.
+    let own = workload_on_two_paths(true, None);
+    assert_eq!(per_path(&own), [own.len(), 0]);
+    assert!(
+        own.iter().all(|r| r["path_decision"] == "client-index:0%2"),
+        "{}",
+        own[0]
+    );
+    assert!(own.iter().all(|r| r["source"] == "sim"));
+}
+
+#[test]
+fn minrtt_moves_requests_to_the_faster_path_wherever_it_is() {
+    // The same paths in both orders: a rule that ignored the paths would put the same
+    // share on path 0 both times.
+    for fast_first in [true, false] {
+        let records = workload_on_two_paths(fast_first, Some("minrtt"));
+        let n = per_path(&records);
+        let fast = if fast_first { n[0] } else { n[1] };
+        assert!(
+            fast * 10 >= records.len() * 6,
+            "fast path {} first: {n:?}",
+            if fast_first { "listed" } else { "not listed" }
+        );
+    }
+    // And it is faster than sending everything on the slow path would be: the client's
+    // rule with the slow path first.
+    let mean =
+        |rs: &[serde_json::Value]| rs.iter().map(|r| r["rct_ms"].as_f64().unwrap()).sum::<f64>() / rs.len() as f64;
+    let minrtt = mean(&workload_on_two_paths(false, Some("minrtt")));
+    let slow_only = mean(&workload_on_two_paths(false, None));
+    assert!(
+        minrtt < slow_only,
+        "minrtt {minrtt:.1} ms, all on the slow path {slow_only:.1} ms"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_multipath_records() {
+    let a = workload_on_two_paths(false, Some("ecf"));
+    let b = workload_on_two_paths(false, Some("ecf"));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_bad_path_scheduler_is_named() {
+    let base = "duration_s = 1\nworkload = \"app\"\n";
+    let two = "[[path]]\n[path.down]\nrate_bps = 1000000\n[[path]]\n[path.down]\nrate_bps = 1000000\n";
+    let e = SimConfig::parse(
+        &format!("{base}path_scheduler = \"fastest\"\n{two}"),
+        Path::new("s.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("s.toml: path_scheduler: unknown path scheduler \"fastest\""),
+        "{e}"
+    );
+    assert!(e.contains("minrtt") && e.contains("sailfish"), "{e}");
+    let one = "[down]\nrate_bps = 1000000\n";
+    let e = SimConfig::parse(
+        &format!("{base}path_scheduler = \"minrtt\"\n{one}"),
+        Path::new("s.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("s.toml: path_scheduler:") && e.contains("[[path]]"),
+        "{e}"
+    );
+    let e = SimConfig::parse(
+        &format!("{base}path_scheduler = \"sailfish\"\n{two}"),
+        Path::new("s.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("s.toml: sailfish_model: missing"), "{e}");
+    let e = SimConfig::parse(
+        &format!("{base}path_scheduler = \"sailfish\"\nsailfish_model = \"/nonexistent\"\n{two}"),
+        Path::new("s.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("s.toml: sailfish_model: /nonexistent"), "{e}");
+}
+
+#[test]
+fn the_shipped_sailfish_policy_schedules_a_workload_too() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/sailfish");
+    let text = format!(
+        "seed = 2\nduration_s = 10.0\nworkload = \"app\"\npath_scheduler = \"sailfish\"\nsailfish_model = {:?}\n\
+         [[path]]\n[path.down]\nrate_bps = 20000000\ndelay_ms = 10.0\nbase_rtt_ms = 20.0\n\
+         [[path]]\n[path.down]\nrate_bps = 5000000\ndelay_ms = 40.0\nbase_rtt_ms = 80.0\n",
+        model.display().to_string()
+    );
+    let out = gearbox_sim::run(&SimConfig::parse(&text, Path::new("sf.toml")).unwrap()).unwrap();
+    assert_eq!(out.completed, out.requests);
+    for line in &out.records {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(r["path_decision"].as_str().unwrap().starts_with("sailfish:"), "{r}");
+    }
 }

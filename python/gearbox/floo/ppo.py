@@ -10,8 +10,8 @@ PPO (GAE lambda 0.95, 4 epochs of 4 minibatches, entropy bonus 0.01, gradient no
 
 The whole algorithm is this one file, in the style of CleanRL's `ppo.py` and PureJaxRL:
 hyper-parameters in a dataclass, the loop in plain sight. Environments are gymnasium
-vector environments (`SyncVectorEnv`, or `AsyncVectorEnv` with one local process per
-environment), stepped from Python; the learner's arithmetic (sampling actions, the
+vector environments (in this process, one local process each, or one Ray actor each:
+`gearbox.sim.vector`), stepped from Python; the learner's arithmetic (sampling actions, the
 advantages, every epoch and minibatch of an update) is compiled once by `jax.jit`.
 Rejected: `sbx-rl` / stable-baselines3 (they import torch, whose wheels pull gigabytes
 of CUDA), and a pure-JAX environment loop as in PureJaxRL, which our simulator — a Rust
@@ -45,10 +45,8 @@ updates 447.4; the greedy policy (`act`) 500.0 in each of 20 episodes, CartPole-
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
-import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -61,6 +59,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from gearbox.sim.vector import make_vector_env
 
 # A network's parameters: {"hidden": {"kernel": (inputs, units), "bias": (units,)}, "<out>": {...}}
 # with "<out>" = "logits" (actor) or "value" (critic), as NumPy arrays.
@@ -280,18 +280,6 @@ def load_params(path: str | Path) -> tuple[Params, Params | None, PPOConfig | No
 # Training
 
 
-def make_vector_env(make_env: Callable[[int], gym.Env], num_envs: int, parallel: bool = False) -> gym.vector.VectorEnv:
-    """`num_envs` environments `make_env(0)`, `make_env(1)`, ... stepped together, reset in
-    the step they end. `parallel`: one local process each (`AsyncVectorEnv`, started with
-    "spawn", since forking a process that runs JAX can deadlock; `make_env` must then be
-    picklable: a module-level function or a `functools.partial` of one)."""
-    fns = [functools.partial(make_env, i) for i in range(num_envs)]
-    mode = gym.vector.AutoresetMode.SAME_STEP
-    if parallel:
-        return gym.vector.AsyncVectorEnv(fns, context="spawn", autoreset_mode=mode)
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-
-
 def _to_numpy(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda a: np.asarray(a), tree)
 
@@ -418,6 +406,7 @@ def train(
     num_envs: int | None = None,
     parallel: bool = False,
     on_update: Callable[[dict[str, Any]], bool | None] | None = None,
+    ray_address: str | None = None,
 ) -> TrainResult:
     """Train an actor and a critic by PPO on `num_envs` (default `config.num_envs`)
     environments `make_env(i)`, for `total_steps` environment steps in all, rounded down
@@ -442,15 +431,7 @@ def train(
     config.check()
     if not (isinstance(total_steps, int) and total_steps >= 1):
         raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
-    if parallel:
-        try:
-            pickle.dumps(make_env)
-        except Exception as e:  # lambdas, local functions, bound objects that do not pickle
-            raise ValueError(
-                f"parallel=True starts each env in a new process, so make_env must pickle "
-                f"(a module-level function or a functools.partial of one): {e}"
-            ) from e
-    envs = make_vector_env(make_env, num_envs, parallel)
+    envs = make_vector_env(make_env, num_envs, parallel, ray_address)
     try:
         return _train(envs, config, total_steps, seed, on_update)
     finally:
@@ -590,6 +571,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--num-envs", type=int, default=8)
     ap.add_argument("--parallel", action="store_true", help="one process per environment")
+    ap.add_argument(
+        "--ray-address", default=None, help="one Ray actor per environment on this cluster ('local': start one)"
+    )
     ap.add_argument("--save", type=Path, default=None, help="write the parameters to this .npz")
     args = ap.parse_args(argv)
     if not args.cartpole:
@@ -605,7 +589,14 @@ def main(argv: list[str] | None = None) -> None:
             )
 
     result = train(
-        _cartpole, PPOConfig(), args.steps, args.seed, num_envs=args.num_envs, parallel=args.parallel, on_update=report
+        _cartpole,
+        PPOConfig(),
+        args.steps,
+        args.seed,
+        num_envs=args.num_envs,
+        parallel=args.parallel,
+        on_update=report,
+        ray_address=args.ray_address,
     )
     recent = [r["mean_return"] for r in result.history[-10:] if not math.isnan(r["mean_return"])]
     greedy = evaluate(_cartpole, result.actor_params, 20, seed=10_000, negative_slope=result.config.negative_slope)

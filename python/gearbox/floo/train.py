@@ -10,7 +10,8 @@ connection starting on `--start-cc`. The reward is `--reward baseline` by defaul
 period's requests' mean RCT when the episode runs on `--baseline-cc` alone over their mean
 RCT under the policy, in log; Floo §3.3's ln(previous mean RCT / mean RCT) is `--reward
 gradient` (docs/floo.md says why it was replaced). Rollouts run in `--envs` local processes (Floo
-Appendix C runs ten agent/server/client sets; here, one per core).
+Appendix C runs ten agent/server/client sets; here, one per core), or with `--ray-address` as
+`--envs` Ray actors on that cluster (`gearbox.sim.vector`).
 
 Output in `--out` (default `models/floo`): `policy.json` + `policy.meta.json` (the actor,
 the sidecar naming the Monitor's features and the four controllers), `ppo.npz` (actor and
@@ -93,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--period-s", type=float, default=12.0, help="the selection period SP")
     p.add_argument("--workload", default="app", help="the application traces' workload")
     p.add_argument("--envs", type=int, default=os.cpu_count() or 1, help="rollout processes")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the --envs environments as Ray actors on this cluster ('auto': the one on this machine, "
+        "'local': start one)",
+    )
     p.add_argument("--rollout-steps", type=int, default=64, help="steps per environment between updates")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -181,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         start_cca=args.start_cc,
     )
     result = ppo.train(
-        factory, config, args.steps, args.seed, num_envs=args.envs, parallel=args.envs > 1, on_update=on_update
+        factory,
+        config,
+        args.steps,
+        args.seed,
+        num_envs=args.envs,
+        parallel=args.envs > 1 and args.ray_address is None,
+        on_update=on_update,
+        ray_address=args.ray_address,
     )
     actor, critic = result.actor_params, result.critic_params
     seconds = time.perf_counter() - t0
