@@ -16,8 +16,14 @@
 //!   [`RECENT`] (when it has fewer than [`MIN_HISTORY`] there, the gear has just moved to
 //!   it and the move itself is the change: only the other protocol's costs count, the
 //!   Rollback Checker's comparison without its 10 s wait);
-//! - **the other protocol's last known costs**: its latest [`RECENT`] requests (probe,
-//!   verification or exploitation), at most [`MEMORY`] old.
+//! - **the other protocol's last known costs**: its last click, the requests (probe,
+//!   verification or exploitation) that finished within [`CLICK`] of its latest one, at
+//!   most [`MEMORY`] old. A whole click, not its latest three: a click's requests finish in
+//!   queue order, so the latest ones are its tail and cost several round trips more than
+//!   its front on any protocol (in the lab a QUIC jump to 8.6-10.8 round trips went unseen
+//!   against TCP's last three at 3.6-7.3, median 6.9); and one click, not a whole 10 s
+//!   window, which mixed QUIC's probes from before a rate limit into its "last known" costs
+//!   and sent the gear back to a blocked QUIC.
 //!
 //! It fires when the median of the latest [`RECENT`] exceeds `factor` times both
 //! medians (medians: one slow request is not a jump; two of three are). Costs are
@@ -52,6 +58,10 @@ pub const MIN_HISTORY: usize = 3;
 /// How old the other protocol's last known costs may be (the Rollback Checker's
 /// `rollback_hold_ms` default: six of its intervals).
 pub const MEMORY: Duration = Duration::from_secs(60);
+
+/// The span of one click's answers (§III-D: a click's ~13.5 requests complete in about
+/// 1.5 s).
+pub const CLICK: Duration = Duration::from_secs(2);
 
 /// Most requests kept per protocol.
 const MAX_KEPT: usize = 64;
@@ -124,8 +134,8 @@ impl CostLog {
     /// The jump of `current` at `now`, if its latest [`RECENT`] requests (all within
     /// `window`) cost over `factor` times both its own history (its requests in the
     /// `window` before them, when there are at least [`MIN_HISTORY`]) and the other
-    /// protocol's last known requests (at least one, at most [`MEMORY`] old), in median
-    /// round trips.
+    /// protocol's last known requests (its last click: those within [`CLICK`] of its
+    /// latest, at most [`MEMORY`] old), in median round trips.
     pub fn check(&self, current: Transport, now: Instant, window: Duration, factor: f64) -> Option<Jump> {
         let mine = &self.entries[side(current)];
         if mine.len() < RECENT {
@@ -145,10 +155,10 @@ impl CostLog {
             .collect();
         let history = (history.len() >= MIN_HISTORY).then(|| median(history));
         let theirs = &self.entries[side(current.other())];
+        let last = theirs.back()?.at;
         let other: Vec<f64> = theirs
             .iter()
-            .rev()
-            .take(RECENT)
+            .filter(|e| last.saturating_duration_since(e.at) <= CLICK)
             .filter(|e| now.saturating_duration_since(e.at) <= MEMORY)
             .map(|e| e.rounds)
             .collect();
@@ -282,5 +292,48 @@ mod tests {
             l.check(Transport::Quic, t0 + ms(71_010), W, 2.0).is_some(),
             "known again"
         );
+    }
+
+    #[test]
+    fn the_other_protocols_last_click_counts_not_its_tail_nor_older_clicks() {
+        let t0 = Instant::now();
+        let mut l = CostLog::new();
+        // TCP's last click: nine requests finishing in queue order, 1 to 7 round trips.
+        for k in 0..9u64 {
+            l.record(
+                Transport::Tcp,
+                20.0 + 15.0 * k as f64,
+                Some(20.0),
+                false,
+                t0 + ms(100 + 30 * k),
+            );
+        }
+        for k in 0..6 {
+            l.record(Transport::Quic, 40.0, Some(20.0), false, t0 + ms(500 + k));
+        }
+        // QUIC at 9 round trips: over twice TCP's click median (4), not over twice the
+        // median of its last three (6.25).
+        for k in 0..3 {
+            l.record(Transport::Quic, 180.0, Some(20.0), false, t0 + ms(8000 + k));
+        }
+        let j = l.check(Transport::Quic, t0 + ms(8010), W, 2.0).expect("a jump");
+        assert_eq!((j.recent, j.other), (9.0, 4.0));
+
+        // Later TCP's own click tail jumps (12 round trips against its history of 2); QUIC's
+        // last click is the slow one at 9, not its older probes at 2: no jump back.
+        let mut l = CostLog::new();
+        for k in 0..6 {
+            l.record(Transport::Quic, 40.0, Some(20.0), false, t0 + ms(k));
+        }
+        for k in 0..3 {
+            l.record(Transport::Quic, 180.0, Some(20.0), false, t0 + ms(3000 + k));
+        }
+        for k in 0..4 {
+            l.record(Transport::Tcp, 40.0, Some(20.0), false, t0 + ms(5000 + k));
+        }
+        for k in 0..3 {
+            l.record(Transport::Tcp, 240.0, Some(20.0), false, t0 + ms(9000 + k));
+        }
+        assert_eq!(l.check(Transport::Tcp, t0 + ms(9010), W, 2.0), None);
     }
 }
