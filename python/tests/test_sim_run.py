@@ -254,6 +254,13 @@ def test_a_multipath_scenario_runs_in_the_simulator_with_each_requests_path_in_t
     assert all(d.startswith("minrtt:") for _, d, *_ in by_policy["minrtt"])
     summary = json.loads((out / "summary.json").read_text())
     assert {p["policy"] for p in summary["policies"]} == {"quic", "minrtt", "rr"}
+    # The summary's per-path rows count what the table says each path carried.
+    by_path = {(x["policy"], x["path_index"]): x for x in summary["by_path"]}
+    assert by_path["minrtt", 0]["requests"] == minrtt.count(0)
+    assert by_path["minrtt", 0]["share"] == pytest.approx(minrtt.count(0) / len(minrtt))
+    assert by_path["rr", 1]["requests"] == rr.count(1)
+    assert "by path of the multipath client" in r.stdout + r.stderr
+    assert "on each path of the multipath client" in (out / "report.html").read_text()
     again = subprocess.run(
         [sys.executable, "-m", "gearbox.lab", "report", str(out)], capture_output=True, text=True, env=env
     )

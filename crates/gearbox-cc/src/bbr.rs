@@ -161,6 +161,8 @@ pub struct Bbr {
     conservation_round: Option<u64>,
     /// xorshift state for the first ProbeBW phase.
     rng: u64,
+    /// Whether `rng` has taken in the connection's first RTT sample.
+    rng_mixed: bool,
 }
 
 impl Bbr {
@@ -187,6 +189,7 @@ impl Bbr {
             recovery: Recovery::default(),
             conservation_round: None,
             rng: config.seed | 1,
+            rng_mixed: false,
         }
     }
 
@@ -227,6 +230,19 @@ impl Bbr {
                 let cap = self.bdp(self.config.cwnd_gain, path)? + headroom;
                 Some(shaped.min(cap))
             }
+        }
+    }
+
+    /// The random ProbeBW phase is there so that flows sharing a bottleneck do not probe
+    /// in step (draft §4.3.4.4); with one configured seed every connection would draw the
+    /// same phases. So the seed takes in the first RTT sample's nanoseconds, which differ
+    /// between real connections and stay reproducible in virtual time (as Vivace's probe
+    /// order does).
+    fn mix_first_rtt(&mut self, rtt: Duration) {
+        if !self.rng_mixed {
+            self.rng ^= (rtt.as_nanos() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.rng |= 1;
+            self.rng_mixed = true;
         }
     }
 
@@ -340,6 +356,7 @@ impl Bbr {
 
 impl Algorithm for Bbr {
     fn on_ack(&mut self, now: Instant, ack: &Ack, path: &PathState) {
+        self.mix_first_rtt(ack.rtt);
         let rtprop_expired = self.update_rtprop(now, ack.rtt);
         let recovering = self.recovery.is_active();
         if recovering && !self.recovery.acked(ack.sent) {
@@ -482,6 +499,20 @@ mod tests {
     fn bbr() -> Bbr {
         let path = PathState::new(1200, Duration::from_millis(333));
         Bbr::new(&BbrConfig::default(), 12_000, Instant::now(), &path)
+    }
+
+    #[test]
+    fn connections_with_different_first_rtts_draw_different_probe_bw_phases() {
+        let first_phase = |rtt_us: u64| {
+            let mut c = bbr();
+            c.mix_first_rtt(Duration::from_micros(rtt_us));
+            c.mix_first_rtt(Duration::from_micros(1)); // only the first sample counts
+            c.enter_probe_bw(Instant::now());
+            c.cycle_index
+        };
+        let phases: std::collections::BTreeSet<usize> = (0..16).map(|i| first_phase(40_000 + 137 * i)).collect();
+        assert!(phases.len() >= 4, "16 connections drew the phases {phases:?}");
+        assert_eq!(first_phase(40_000), first_phase(40_000), "reproducible");
     }
 
     #[test]

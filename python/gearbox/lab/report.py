@@ -437,6 +437,18 @@ def write_report(out: Path) -> Path:
                 cells.append(f"{_ms(st['median_ms'])} / {_ms(st['p90_ms'])}")
             body.append(cells)
         parts.append(_table(["phase", "time", *policies], body))
+    if summary.get("by_path"):
+        parts.append("<p>Requests (share) and median / p90 RCT (ms) on each path of the multipath client:</p>")
+        body = [
+            [
+                x["policy"],
+                str(x["path_index"]),
+                f"{x['requests']} ({100 * x['share']:.0f}%)",
+                f"{_ms(x['median_ms'])} / {_ms(x['p90_ms'])}",
+            ]
+            for x in summary["by_path"]
+        ]
+        parts.append(_table(["policy", "path", "requests", "median / p90 ms"], body))
     parts.append(_img(cdf_figure(rows, policies, colors, "RCT distribution, all conditions"), "RCT CDF"))
 
     if len(conds) > 1:

@@ -85,15 +85,43 @@ def policy_stats(rows: list[dict[str, Any]], policies: list[dict[str, Any]]) -> 
     return out
 
 
+def path_stats(rows: list[dict[str, Any]], policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy and path of a multipath client (the records' `path_index`): the
+    requests each path carried, their share of the policy's requests, and their RCT
+    statistics; empty when no client record names a path."""
+    client = [r for r in rows if r.get("side") == "client"]
+    paths = sorted({r["path_index"] for r in client if r.get("path_index") is not None})
+    out = []
+    for p in policies:
+        mine = [r for r in client if r["policy"] == p["name"]]
+        for path in paths:
+            on = [r for r in mine if r.get("path_index") == path]
+            if not on:
+                continue
+            ok = [r["rct_ms"] for r in on if r.get("error") is None and r.get("rct_ms") is not None]
+            out.append(
+                {
+                    "policy": p["name"],
+                    "path_index": path,
+                    "requests": len(on),
+                    "share": len(on) / len(mine),
+                    "errors": len(on) - len(ok),
+                    **rct_stats(ok),
+                }
+            )
+    return out
+
+
 def summarize(out: Path, table: Any = None) -> dict[str, Any]:
     """Per-policy statistics (all conditions and repetitions pooled: every policy saw the
     same requests on the same links), per condition and policy, and reductions against
-    every baseline; writes summary.json, summary.csv, reductions.csv, by_condition.csv."""
+    every baseline, and per path of a multipath client; writes summary.json, summary.csv,
+    reductions.csv, by_condition.csv (and by_phase.csv, by_path.csv where they apply)."""
     lab = read_lab_folder(out)
     if table is None:
         table = read_results_table(out)
     plan_doc, runs, conds = lab.plan, lab.runs, lab.conditions
-    wanted = ("policy", "side", "error", "rct_ms", "condition_id", "t_s")
+    wanted = ("policy", "side", "error", "rct_ms", "condition_id", "t_s", "path_index")
     cols = {k: table.column(k).to_pylist() for k in wanted if k in table.column_names}
     n = table.num_rows
     rows = [{k: cols[k][i] if k in cols else None for k in wanted} for i in range(n)]
@@ -118,6 +146,7 @@ def summarize(out: Path, table: Any = None) -> dict[str, Any]:
             mine = [r for r in rows if r["t_s"] is not None and ph["start_s"] <= r["t_s"] < end]
             for st in policy_stats(mine, policies):
                 by_phase.append({"start_s": ph["start_s"], "end_s": ph["end_s"], "phase": ph["label"], **st})
+    by_path = path_stats(rows, policies)
     summary = {
         "scenario": plan_doc["scenario"],
         "description": plan_doc.get("description", ""),
@@ -128,6 +157,7 @@ def summarize(out: Path, table: Any = None) -> dict[str, Any]:
         "by_condition": by_condition,
         "reductions_by_condition": cond_reductions,
         "by_phase": by_phase,
+        "by_path": by_path,
         "runs": {
             "total": len(runs),
             "ok": sum(r["status"] == "ok" for r in runs),
@@ -141,6 +171,8 @@ def summarize(out: Path, table: Any = None) -> dict[str, Any]:
     _write_csv(out / "by_condition.csv", by_condition)
     if by_phase:
         _write_csv(out / "by_phase.csv", by_phase)
+    if by_path:
+        _write_csv(out / "by_path.csv", by_path)
     return summary
 
 
@@ -234,6 +266,18 @@ def format_table(summary: dict[str, Any]) -> str:
                 cells.append(f"{ms(st['median_ms'])} / {ms(st['p90_ms'])}")
             body.append(cells)
         lines += _grid_text(head, body)
+    if summary.get("by_path"):
+        lines += ["", "requests (share) and median / p90 RCT (ms) by path of the multipath client"]
+        body = [
+            [
+                x["policy"],
+                str(x["path_index"]),
+                f"{x['requests']} ({100 * x['share']:.0f}%)",
+                f"{ms(x['median_ms'])} / {ms(x['p90_ms'])}",
+            ]
+            for x in summary["by_path"]
+        ]
+        lines += _grid_text(["policy", "path", "requests", "median / p90"], body)
     r = summary["runs"]
     if r["failed"] or r["timeout"]:
         lines += ["", f"runs: {r['ok']} ok, {r['timeout']} timed out, {r['failed']} failed (see runs.json)"]
