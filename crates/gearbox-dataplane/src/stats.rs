@@ -27,9 +27,13 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     let h = (sorted.len() - 1) as f64 * p / 100.0;
     let lo = h.floor() as usize;
     let below = sorted[lo];
+    let frac = h - lo as f64;
     match sorted.get(lo + 1) {
-        Some(&above) => Some(below + (h - lo as f64) * (above - below)),
-        None => Some(below),
+        // On a rank, or between equal values, the value itself: the same number for
+        // finite values, and an infinite one (the gears count a failed request as
+        // infinitely many round trips) stays infinite instead of `inf - inf = NaN`.
+        Some(&above) if frac > 0.0 && above != below => Some(below + frac * (above - below)),
+        _ => Some(below),
     }
 }
 
@@ -103,6 +107,15 @@ mod tests {
         for p in [-1.0, 100.5, f64::NAN] {
             assert_eq!(percentile(&[1.0, 2.0], p), None, "{p}");
         }
+    }
+
+    #[test]
+    fn infinite_values_give_infinite_percentiles_not_nan() {
+        let inf = f64::INFINITY;
+        assert_eq!(median(&[40.0, inf, inf]), Some(inf));
+        assert_eq!(median(&[inf, 40.0, 30.0]), Some(40.0));
+        assert_eq!(median(&[40.0, inf]), Some(inf));
+        assert_eq!(percentile(&[1.0, inf], 100.0), Some(inf));
     }
 
     #[test]

@@ -338,7 +338,7 @@ pub fn label_entries(pool: &LocalPool, clusters: &Clusters) -> Vec<([f64; N_FEAT
         };
         let (h2, h3) = (times(HttpVersion::H2), times(HttpVersion::H3));
         if h2.len() >= MIN_LOCAL_PER_VERSION && h3.len() >= MIN_LOCAL_PER_VERSION {
-            let v = if median(h3) < median(h2) {
+            let v = if crate::median(&h3) < crate::median(&h2) {
                 HttpVersion::H3
             } else {
                 HttpVersion::H2
@@ -353,16 +353,6 @@ pub fn label_entries(pool: &LocalPool, clusters: &Clusters) -> Vec<([f64; N_FEAT
             None => clusters.nearest_label(&x).map(|v| (x, v, LabelSource::Centre)),
         })
         .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// One tree node: a split or a leaf with P(h3).

@@ -24,3 +24,10 @@ pub mod http_version_local;
 pub mod path;
 pub mod tcpwise;
 pub mod transport;
+
+/// The median of a series (the mean of the middle two for an even count; NaN for none):
+/// the workspace's one definition, `gearbox_dataplane::stats::median`, for the gears'
+/// rules that compare medians of completion times.
+pub(crate) fn median(values: &[f64]) -> f64 {
+    gearbox_dataplane::stats::median(values).unwrap_or(f64::NAN)
+}

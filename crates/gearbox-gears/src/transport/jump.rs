@@ -153,7 +153,7 @@ impl CostLog {
             .filter(|e| first.saturating_duration_since(e.at) <= window)
             .map(|e| e.rounds)
             .collect();
-        let history = (history.len() >= MIN_HISTORY).then(|| median(history));
+        let history = (history.len() >= MIN_HISTORY).then(|| crate::median(&history));
         let theirs = &self.entries[side(current.other())];
         let last = theirs.back()?.at;
         let other: Vec<f64> = theirs
@@ -166,24 +166,13 @@ impl CostLog {
             return None;
         }
         let jump = Jump {
-            recent: median(recent.iter().map(|e| e.rounds).collect()),
+            recent: crate::median(&recent.iter().map(|e| e.rounds).collect::<Vec<_>>()),
             history,
-            other: median(other),
+            other: crate::median(&other),
             costs: recent.iter().map(|e| e.cost).collect(),
         };
         let above_history = jump.history.is_none_or(|h| jump.recent > factor * h);
         (above_history && jump.recent > factor * jump.other).then_some(jump)
-    }
-}
-
-/// The median of a non-empty series (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

@@ -354,7 +354,7 @@ impl ProbeAgent {
         if tcp.1 < PROBES_PER_PROTOCOL || quic.1 < PROBES_PER_PROTOCOL {
             return None;
         }
-        let (t, q) = (median(&tcp.0), median(&quic.0));
+        let (t, q) = (crate::median(&tcp.0), crate::median(&quic.0));
         if t < q {
             Some(Transport::Tcp)
         } else if q < t {
@@ -392,7 +392,7 @@ impl ProbeAgent {
             mine.0.len() >= PROBES_PER_PROTOCOL
                 && mine.1 == mine.0.len()
                 && !theirs.0.is_empty()
-                && median(&theirs.0) > EARLY_FACTOR * trimmed_mean_drop_farthest(&mine.0)
+                && crate::median(&theirs.0) > EARLY_FACTOR * trimmed_mean_drop_farthest(&mine.0)
         })?;
         // The winner's value as the full rule would compute it; the loser's the median of
         // its bounds (a lower bound on its final median: one slow outlier does not decide).
@@ -400,7 +400,7 @@ impl ProbeAgent {
             if t == winner {
                 trimmed_mean_drop_farthest(&sides[side(t)].0)
             } else {
-                median(&sides[side(t)].0)
+                crate::median(&sides[side(t)].0)
             }
         };
         let nan = |r: &Option<f64>| r.unwrap_or(f64::NAN);
@@ -508,18 +508,6 @@ fn times_so_far(e: &Exploration, now: Instant) -> [(Vec<f64>, usize); 2] {
         }
     }
     sides
-}
-
-/// The median of a non-empty series (the mean of the middle two for an even count).
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// A completion time as the early verdict counts it (NaN, no completion: infinite).
