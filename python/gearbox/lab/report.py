@@ -363,7 +363,7 @@ def write_report(out: Path) -> Path:
     matplotlib.use("Agg")
     from gearbox.lab.collect import collect, read_json, read_lab_folder, read_results_table
     from gearbox.lab.scenario import dumps_toml
-    from gearbox.lab.summary import summarize
+    from gearbox.lab.summary import PATH_TABLE_HEAD, path_table_rows, summarize
 
     out = Path(out)
     lab = read_lab_folder(out)
@@ -439,16 +439,7 @@ def write_report(out: Path) -> Path:
         parts.append(_table(["phase", "time", *policies], body))
     if summary.get("by_path"):
         parts.append("<p>Requests (share) and median / p90 RCT (ms) on each path of the multipath client:</p>")
-        body = [
-            [
-                x["policy"],
-                str(x["path_index"]),
-                f"{x['requests']} ({100 * x['share']:.0f}%)",
-                f"{_ms(x['median_ms'])} / {_ms(x['p90_ms'])}",
-            ]
-            for x in summary["by_path"]
-        ]
-        parts.append(_table(["policy", "path", "requests", "median / p90 ms"], body))
+        parts.append(_table(list(PATH_TABLE_HEAD), path_table_rows(summary["by_path"])))
     parts.append(_img(cdf_figure(rows, policies, colors, "RCT distribution, all conditions"), "RCT CDF"))
 
     if len(conds) > 1:

@@ -112,6 +112,27 @@ def path_stats(rows: list[dict[str, Any]], policies: list[dict[str, Any]]) -> li
     return out
 
 
+PATH_TABLE_HEAD = ("policy", "path", "requests", "median / p90 ms")
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def path_table_rows(by_path: list[dict[str, Any]]) -> list[list[str]]:
+    """The rows of the per-path table (printed and in the report): policy, path,
+    requests (share), median / p90 RCT."""
+    return [
+        [
+            x["policy"],
+            str(x["path_index"]),
+            f"{x['requests']} ({100 * x['share']:.0f}%)",
+            f"{_ms(x['median_ms'])} / {_ms(x['p90_ms'])}",
+        ]
+        for x in by_path
+    ]
+
+
 def summarize(out: Path, table: Any = None) -> dict[str, Any]:
     """Per-policy statistics (all conditions and repetitions pooled: every policy saw the
     same requests on the same links), per condition and policy, and reductions against
@@ -205,9 +226,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def format_table(summary: dict[str, Any]) -> str:
     """The per-policy table and the reductions, as printed by `gearbox lab run`."""
-
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}"
+    ms = _ms
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:+.1f}%"
@@ -268,16 +287,7 @@ def format_table(summary: dict[str, Any]) -> str:
         lines += _grid_text(head, body)
     if summary.get("by_path"):
         lines += ["", "requests (share) and median / p90 RCT (ms) by path of the multipath client"]
-        body = [
-            [
-                x["policy"],
-                str(x["path_index"]),
-                f"{x['requests']} ({100 * x['share']:.0f}%)",
-                f"{ms(x['median_ms'])} / {ms(x['p90_ms'])}",
-            ]
-            for x in summary["by_path"]
-        ]
-        lines += _grid_text(["policy", "path", "requests", "median / p90"], body)
+        lines += _grid_text(list(PATH_TABLE_HEAD), path_table_rows(summary["by_path"]))
     r = summary["runs"]
     if r["failed"] or r["timeout"]:
         lines += ["", f"runs: {r['ok']} ok, {r['timeout']} timed out, {r['failed']} failed (see runs.json)"]
