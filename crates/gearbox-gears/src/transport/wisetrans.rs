@@ -1485,20 +1485,27 @@ mod tests {
         r
     }
 
-    #[test]
-    fn v2_leaves_quic_at_once_when_a_request_on_it_stalls_and_the_client_retries_it_over_tcp() {
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
-        let t0 = Instant::now();
-        explore(&mut g, t0, 200.0, 50.0);
+    /// An exploration at `t0` that picks QUIC (TCP 200 ms, QUIC 50 ms), then three fast
+    /// QUIC requests `gap_ms` apart from `t0 + 100 ms`; the time after the last.
+    fn settled_on_quic(g: &mut WiseTrans, t0: Instant, gap_ms: u64) -> Instant {
+        explore(g, t0, 200.0, 50.0);
         assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
-        // Three fast QUIC requests, then UDP is blocked: the next one is retried over TCP.
         let mut t = t0 + ms(100);
         for _ in 0..3 {
             let (p, why) = g.ask(ORIGIN, t);
             assert_eq!(p, TransportChoice::Quic, "{why}");
             g.observe(&done(Transport::Quic, 50.0, &why, 2, (0, 0)), t + ms(50));
-            t += ms(100);
+            t += ms(gap_ms);
         }
+        t
+    }
+
+    #[test]
+    fn v2_leaves_quic_at_once_when_a_request_on_it_stalls_and_the_client_retries_it_over_tcp() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // Three fast QUIC requests, then UDP is blocked: the next one is retried over TCP.
+        let t = settled_on_quic(&mut g, t0, 100);
         let (p, why) = g.ask(ORIGIN, t);
         assert_eq!(p, TransportChoice::Quic);
         g.observe(&retried_over_tcp(&why, 1_100.0), t + ms(1_100));
@@ -1595,15 +1602,7 @@ mod tests {
         // rate-limited: QUIC answers, slowly (the `block` class's throttled phase).
         let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
         let t0 = Instant::now();
-        explore(&mut g, t0, 200.0, 50.0);
-        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
-        let mut t = t0 + ms(100);
-        for _ in 0..3 {
-            let (p, why) = g.ask(ORIGIN, t);
-            assert_eq!(p, TransportChoice::Quic, "{why}");
-            g.observe(&done(Transport::Quic, 50.0, &why, 2, (0, 0)), t + ms(50));
-            t += ms(300);
-        }
+        let mut t = settled_on_quic(&mut g, t0, 300);
         // Throttled: 600 ms at the same 40 ms RTT (15 round trips against 1.2 before, and
         // TCP's 4.7 in the exploration). One slow request is not enough; two of three are.
         t += ms(3_000);
