@@ -95,6 +95,41 @@ fn trace_opportunities_are_wasted_when_the_queue_is_empty() {
     assert_eq!(drain(&mut link, ms(7)).len(), 1);
 }
 
+/// Feeds `arrivals` (packet i: its index repeated) into `link`, handling it only at
+/// arrivals and at `next_wakeup`; with `step_over_departures`, a wake-up that delivers
+/// nothing is replayed with `advance_to` instead (the simulator's loop). The delivered
+/// packets and how many wake-ups were stepped over.
+fn drive_at_events(
+    link: &mut Link<Vec<u8>>,
+    arrivals: &[Duration],
+    step_over_departures: bool,
+) -> (Vec<Vec<u8>>, usize) {
+    let (mut out, mut i, mut steps) = (Vec::new(), 0, 0);
+    loop {
+        let wake = link.next_wakeup();
+        let next_arrival = arrivals.get(i).copied();
+        let t = match (wake, next_arrival) {
+            (Some(w), Some(a)) if a <= w => a,
+            (Some(w), _) => w,
+            (None, Some(a)) => a,
+            (None, None) => break,
+        };
+        if step_over_departures && next_arrival != Some(t) && link.next_delivery().is_none_or(|d| d > t) {
+            link.advance_to(t);
+            steps += 1;
+            continue;
+        }
+        if next_arrival == Some(t) {
+            link.enqueue(t, (i as u32).to_be_bytes().repeat(300));
+            i += 1;
+        }
+        while let Some(p) = link.poll_transmit(t) {
+            out.push(p);
+        }
+    }
+    (out, steps)
+}
+
 #[test]
 fn results_do_not_depend_on_how_often_the_link_is_polled() {
     let config = || LinkConfig {
@@ -124,25 +159,7 @@ fn results_do_not_depend_on_how_often_the_link_is_polled() {
     // Sparse: only at arrivals and at next_wakeup, like an emulator's timerfd.
     let mut sparse: Link<Vec<u8>> = Link::new(config(), 9).unwrap();
     sparse.set_event_log(true);
-    let mut sparse_out = Vec::new();
-    let mut i = 0;
-    loop {
-        let wake = sparse.next_wakeup();
-        let next_arrival = arrivals.get(i).copied();
-        let t = match (wake, next_arrival) {
-            (Some(w), Some(a)) if a <= w => a,
-            (Some(w), _) => w,
-            (None, Some(a)) => a,
-            (None, None) => break,
-        };
-        if next_arrival == Some(t) {
-            sparse.enqueue(t, (i as u32).to_be_bytes().repeat(300));
-            i += 1;
-        }
-        while let Some(p) = sparse.poll_transmit(t) {
-            sparse_out.push(p);
-        }
-    }
+    let (sparse_out, _) = drive_at_events(&mut sparse, &arrivals, false);
     assert_eq!(dense_out, sparse_out);
     assert!(sparse_out.len() > 2800 && sparse_out.len() < 3000);
     let sparse_events = sparse.drain_events();
@@ -150,29 +167,7 @@ fn results_do_not_depend_on_how_often_the_link_is_polled() {
     // replayed with `advance_to` (the simulator's loop): the same packets and events.
     let mut stepped: Link<Vec<u8>> = Link::new(config(), 9).unwrap();
     stepped.set_event_log(true);
-    let (mut stepped_out, mut i, mut steps) = (Vec::new(), 0, 0);
-    loop {
-        let wake = stepped.next_wakeup();
-        let next_arrival = arrivals.get(i).copied();
-        let t = match (wake, next_arrival) {
-            (Some(w), Some(a)) if a <= w => a,
-            (Some(w), _) => w,
-            (None, Some(a)) => a,
-            (None, None) => break,
-        };
-        if next_arrival != Some(t) && stepped.next_delivery().is_none_or(|d| d > t) {
-            stepped.advance_to(t);
-            steps += 1;
-            continue;
-        }
-        if next_arrival == Some(t) {
-            stepped.enqueue(t, (i as u32).to_be_bytes().repeat(300));
-            i += 1;
-        }
-        while let Some(p) = stepped.poll_transmit(t) {
-            stepped_out.push(p);
-        }
-    }
+    let (stepped_out, steps) = drive_at_events(&mut stepped, &arrivals, true);
     assert_eq!(stepped_out, sparse_out);
     assert_eq!(format!("{:?}", stepped.drain_events()), format!("{sparse_events:?}"));
     assert!(steps > 1000, "{steps} departures stepped over");
