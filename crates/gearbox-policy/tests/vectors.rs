@@ -85,19 +85,25 @@ struct Worst {
     row: usize,
 }
 
+/// One case row as `model`'s feature row: missing values are simply not given, and the
+/// row marks them NaN.
+fn case_row(model: &Model, cases: &Cases, row: &[Option<f64>]) -> gearbox_policy::FeatureRow {
+    model.row(
+        cases
+            .features
+            .iter()
+            .zip(row)
+            .filter_map(|(name, v)| v.map(|v| (name.as_str(), v))),
+    )
+}
+
 fn compare(model: &Model, cases: &Cases, key: &str, margin: bool) -> Worst {
     let want = expected(cases, key);
     assert_eq!(want.len(), cases.rows.len());
     let mut out = vec![0f32; model.num_outputs()];
     let mut worst = Worst::default();
     for (i, (row, want)) in cases.rows.iter().zip(&want).enumerate() {
-        // Missing values are simply not given: the row marks them NaN.
-        let named = cases
-            .features
-            .iter()
-            .zip(row)
-            .filter_map(|(name, v)| v.map(|v| (name.as_str(), v)));
-        let features = model.row(named);
+        let features = case_row(model, cases, row);
         if margin {
             model.predict_margin(&features, &mut out).unwrap();
         } else {
@@ -223,13 +229,7 @@ fn compact_evaluator_equals_reference_walk_on_every_vector() {
         let cases = read_cases(set);
         let mut out = vec![0f32; model.num_outputs()];
         for row in &cases.rows {
-            let features = model.row(
-                cases
-                    .features
-                    .iter()
-                    .zip(row)
-                    .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
-            );
+            let features = case_row(&model, &cases, row);
             model.predict(&features, &mut out).unwrap();
             assert_eq!(out, parsed.predict_naive(features.values()), "{set}");
         }
@@ -262,13 +262,7 @@ fn greedy_agrees_with_jax(model: &Model, set: &str) -> (usize, usize) {
             ties += 1;
             continue;
         }
-        let features = model.row(
-            cases
-                .features
-                .iter()
-                .zip(row)
-                .filter_map(|(n, v)| v.map(|v| (n.as_str(), v))),
-        );
+        let features = case_row(model, &cases, row);
         let want = want.as_u64().unwrap() as usize;
         assert_eq!(model.predict_class(&features).unwrap(), want, "{set}: row {row:?}");
         agreed += 1;
