@@ -42,6 +42,30 @@ def _scenario(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def _sim_run(gearbox_bin: Path, scenario: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`gearbox sim run SCENARIO --out OUT --no-progress [extra]`, the Python side this
+    interpreter; asserts it succeeded."""
+    cmd = [str(gearbox_bin), "sim", "run", str(scenario), "--out", str(out), "--no-progress", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(gearbox_bin))
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _report_again(gearbox_bin: Path, out: Path) -> None:
+    """`gearbox lab report OUT` works on a simulator run's folder."""
+    again = subprocess.run(
+        [sys.executable, "-m", "gearbox.lab", "report", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(gearbox_bin),
+    )
+    assert again.returncode == 0, again.stderr
+
+
+def _env(gearbox_bin: Path) -> dict[str, str]:
+    return {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
+
+
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -50,10 +74,7 @@ def test_a_quic_scenario_runs_in_the_simulator_with_the_labs_table_and_report(
     gearbox_bin: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
-    cmd = [str(gearbox_bin), "sim", "run", str(_scenario(tmp_path, SMALL)), "--out", str(out), "--no-progress"]
-    r = subprocess.run([*cmd, "--report"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    r = _sim_run(gearbox_bin, _scenario(tmp_path, SMALL), out, "--report")
     assert "bbr" in r.stdout and "report:" in r.stdout
 
     runs = json.loads((out / "runs.json").read_text())
@@ -83,10 +104,7 @@ def test_a_quic_scenario_runs_in_the_simulator_with_the_labs_table_and_report(
     summary = json.loads((out / "summary.json").read_text())
     assert {p["policy"] for p in summary["policies"]} == {"quic", "bbr"}
     assert (out / "report.html").stat().st_size > 0
-    again = subprocess.run(
-        [sys.executable, "-m", "gearbox.lab", "report", str(out)], capture_output=True, text=True, env=env
-    )
-    assert again.returncode == 0, again.stderr
+    _report_again(gearbox_bin, out)
 
 
 POPULATION = """
@@ -116,12 +134,9 @@ def test_a_population_scenario_runs_in_the_simulator_with_each_prefix_on_its_own
     gearbox_bin: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
     scenario = _scenario(tmp_path, POPULATION)
     sim_run.check(sc.load(scenario))
-    cmd = [str(gearbox_bin), "sim", "run", str(scenario), "--out", str(out), "--no-progress"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    _sim_run(gearbox_bin, scenario, out)
     config = (out / "runs" / "c000-quic-r0" / "sim.toml").read_text()
     assert "[population]" in config and "time_scale = 0.25" in config
     recs = _records(out / "runs" / "c000-quic-r0" / "client.jsonl")
@@ -222,11 +237,7 @@ def test_a_multipath_scenario_runs_in_the_simulator_with_each_requests_path_in_t
     gearbox_bin: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "GEARBOX_PYTHON": sys.executable, "GEARBOX_BIN": str(gearbox_bin)}
-    scenario = _scenario(tmp_path, MULTIPATH)
-    cmd = [str(gearbox_bin), "sim", "run", str(scenario), "--out", str(out), "--no-progress", "--report"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    r = _sim_run(gearbox_bin, _scenario(tmp_path, MULTIPATH), out, "--report")
     config = (out / "runs" / "c000-minrtt-r0" / "sim.toml").read_text()
     assert 'path_scheduler = "minrtt"' in config and config.count("[[path]]") == 2
 
@@ -261,10 +272,7 @@ def test_a_multipath_scenario_runs_in_the_simulator_with_each_requests_path_in_t
     assert by_path["rr", 1]["requests"] == rr.count(1)
     assert "by path of the multipath client" in r.stdout + r.stderr
     assert "on each path of the multipath client" in (out / "report.html").read_text()
-    again = subprocess.run(
-        [sys.executable, "-m", "gearbox.lab", "report", str(out)], capture_output=True, text=True, env=env
-    )
-    assert again.returncode == 0, again.stderr
+    _report_again(gearbox_bin, out)
 
 
 def test_the_shipped_multipath_scenario_is_one_both_sides_run() -> None:
