@@ -20,6 +20,11 @@ fn load_on(path: usize, page_seed: u64) -> gearbox_sim::PageOutcome {
     load.run(|_| (path, "test".into())).unwrap()
 }
 
+/// The error of a config that must not parse, read as from `s.toml`.
+fn config_error(text: &str) -> String {
+    SimConfig::parse(text, Path::new("s.toml")).unwrap_err().to_string()
+}
+
 #[test]
 fn every_object_of_a_page_arrives_on_the_path_it_was_given() {
     let page = generate_page(11).unwrap();
@@ -255,41 +260,23 @@ fn the_same_seed_gives_the_same_multipath_records() {
 fn a_bad_path_scheduler_is_named() {
     let base = "duration_s = 1\nworkload = \"app\"\n";
     let two = "[[path]]\n[path.down]\nrate_bps = 1000000\n[[path]]\n[path.down]\nrate_bps = 1000000\n";
-    let e = SimConfig::parse(
-        &format!("{base}path_scheduler = \"fastest\"\n{two}"),
-        Path::new("s.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error(&format!("{base}path_scheduler = \"fastest\"\n{two}"));
     assert!(
         e.starts_with("s.toml: path_scheduler: unknown path scheduler \"fastest\""),
         "{e}"
     );
     assert!(e.contains("minrtt") && e.contains("sailfish"), "{e}");
     let one = "[down]\nrate_bps = 1000000\n";
-    let e = SimConfig::parse(
-        &format!("{base}path_scheduler = \"minrtt\"\n{one}"),
-        Path::new("s.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error(&format!("{base}path_scheduler = \"minrtt\"\n{one}"));
     assert!(
         e.starts_with("s.toml: path_scheduler:") && e.contains("[[path]]"),
         "{e}"
     );
-    let e = SimConfig::parse(
-        &format!("{base}path_scheduler = \"sailfish\"\n{two}"),
-        Path::new("s.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error(&format!("{base}path_scheduler = \"sailfish\"\n{two}"));
     assert!(e.starts_with("s.toml: sailfish_model: missing"), "{e}");
-    let e = SimConfig::parse(
-        &format!("{base}path_scheduler = \"sailfish\"\nsailfish_model = \"/nonexistent\"\n{two}"),
-        Path::new("s.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error(&format!(
+        "{base}path_scheduler = \"sailfish\"\nsailfish_model = \"/nonexistent\"\n{two}"
+    ));
     assert!(e.starts_with("s.toml: sailfish_model: /nonexistent"), "{e}");
 }
 

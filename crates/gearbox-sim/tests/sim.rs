@@ -20,6 +20,11 @@ fn records(out: &gearbox_sim::SimOutcome) -> Vec<serde_json::Value> {
     out.records.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// The error of a config that must not parse, read as from `x.toml`.
+fn config_error(text: &str) -> String {
+    SimConfig::parse(text, Path::new("x.toml")).unwrap_err().to_string()
+}
+
 #[test]
 fn a_bulk_download_fills_a_10_mbit_link_in_simulated_time() {
     let out = run(&config(&bulk(), "")).unwrap();
@@ -61,26 +66,11 @@ fn loss_on_the_link_shows_as_quic_losses_and_every_request_still_completes() {
 
 #[test]
 fn bad_configs_name_the_field() {
-    let e = SimConfig::parse(
-        "duration_s = 0\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
-        Path::new("x.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error("duration_s = 0\nworkload = \"app\"\n[down]\nrate_bps = 1000\n");
     assert!(e.starts_with("x.toml: duration_s"), "{e}");
-    let e = SimConfig::parse(
-        "duration_s = 1\ncc = \"vegas\"\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
-        Path::new("x.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error("duration_s = 1\ncc = \"vegas\"\nworkload = \"app\"\n[down]\nrate_bps = 1000\n");
     assert!(e.contains("cc:") && e.contains("vegas"), "{e}");
-    let e = SimConfig::parse(
-        "duration_s = 1\nworkload = \"app\"\nspeed = 3\n[down]\nrate_bps = 1000\n",
-        Path::new("x.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error("duration_s = 1\nworkload = \"app\"\nspeed = 3\n[down]\nrate_bps = 1000\n");
     assert!(e.contains("speed"), "{e}");
 }
 
@@ -453,11 +443,6 @@ fn a_link_offset_starts_the_links_clock_ahead_of_the_first_request() {
     let shifted = run(&config("app", "link_offset_s = 2.5")).unwrap();
     assert_eq!(constant.records, shifted.records);
 
-    let e = SimConfig::parse(
-        "duration_s = 1\nlink_offset_s = -1\nworkload = \"app\"\n[down]\nrate_bps = 1000\n",
-        Path::new("x.toml"),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = config_error("duration_s = 1\nlink_offset_s = -1\nworkload = \"app\"\n[down]\nrate_bps = 1000\n");
     assert!(e.starts_with("x.toml: link_offset_s"), "{e}");
 }
