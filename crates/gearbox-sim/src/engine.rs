@@ -1052,14 +1052,11 @@ impl Sim {
     fn choose_path(&mut self, i: usize) -> (usize, String) {
         let n = self.paths.len();
         let client = self.pending[i].req.client_index;
-        let mut gear = match self.workload_paths.take() {
-            Some(WorkloadPaths::Gear(gear)) => gear,
-            rule => {
-                self.workload_paths = rule;
-                return (client as usize % n, format!("client-index:{client}%{n}"));
-            }
-        };
+        if !matches!(self.workload_paths, Some(WorkloadPaths::Gear(_))) {
+            return (client as usize % n, format!("client-index:{client}%{n}"));
+        }
         let states = self.path_states();
+        let now = self.instant();
         let r = &self.pending[i].req;
         let request = gearbox_gear_api::PathRequest {
             url: format!("https://{SERVER}{}", r.path),
@@ -1068,8 +1065,10 @@ impl Sim {
             expected_bytes: Some(r.response_bytes),
             workload_client: Some(client),
         };
-        let d = gear.choose(&request, &states, self.instant());
-        self.workload_paths = Some(WorkloadPaths::Gear(gear));
+        let Some(WorkloadPaths::Gear(gear)) = self.workload_paths.as_mut() else {
+            unreachable!("checked above")
+        };
+        let d = gear.choose(&request, &states, now);
         (states[d.choice.min(n - 1)].index, d.reason)
     }
 
