@@ -6,7 +6,10 @@ Oriented Learning (§IV-C, Algorithm 1) over the edge's telemetry, writing the n
     python -m gearbox.tcpwise learn ... --every 60 [--iterations N]   # the loop, one decision per θ
 
 One-shot (the default): one decision over the samples in DIR (every `*.jsonl`, or one file)
-newer than `--since-ms`. `--every θ`: waits θ seconds (the online testing of Algorithm 1), reads
+newer than `--since-ms`, plus those of `--carry FILE`; `--carry-out FILE` keeps the samples of
+entries kept for too few samples for the next run, as the loop carries them (a scheduled job
+whose windows do not overlap passes them on this way, through the table's policy folder).
+`--every θ`: waits θ seconds (the online testing of Algorithm 1), reads
 the records written since the last pass, decides, writes OUT, and goes on from the table it
 wrote. Parameters: `--config FILE` (its `[tcpwise]` table, docs/tcpwise.md), `--fast-start`.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -46,6 +50,18 @@ def _add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iterations", type=int, default=None, help="with --every: stop after this many decisions")
     p.add_argument("--config", type=Path, default=None, help="TOML file whose [tcpwise] table sets the parameters")
     p.add_argument("--fast-start", action="store_true", help="start `others` from the fast start set (§IV-C3)")
+    p.add_argument(
+        "--carry",
+        type=Path,
+        default=None,
+        help="samples a previous one-shot run kept (its --carry-out); absent file: none",
+    )
+    p.add_argument(
+        "--carry-out",
+        type=Path,
+        default=None,
+        help="write the samples of entries kept for too few samples here (JSON Lines), for the next run's --carry",
+    )
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -74,6 +90,32 @@ def summary(result: LearnResult, stats: ReadStats) -> str:
     )
 
 
+def write_carry(samples: Sequence[IwSample], path: Path) -> None:
+    """Carried samples as JSON Lines (one `IwSample` a line), written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for s in samples:
+            f.write(json.dumps(dataclasses.asdict(s), separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
+def read_carry(path: Path) -> list[IwSample]:
+    """`write_carry`'s file (none if it does not exist); a bad line is a RecordError naming it."""
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            d["iw_set"] = tuple(int(x) for x in d["iw_set"])
+            out.append(IwSample(**d))
+        except (ValueError, TypeError, KeyError) as e:
+            raise RecordError(f"{path}:{n}: not a carried sample ({e})") from e
+    return out
+
+
 def run_learn(
     telemetry: Path,
     table_path: Path,
@@ -84,11 +126,13 @@ def run_learn(
     iterations: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     log: Callable[[str], None] = print,
+    carry: Path | None = None,
+    carry_out: Path | None = None,
 ) -> CwndTable:
     """The command: one decision, or one per θ with `every_s`; returns the last table written."""
     table = read_table(table_path, config.max_set)
     reader = TelemetryReader(telemetry, since_ms)
-    carried: list[IwSample] = []
+    carried: list[IwSample] = read_carry(carry) if carry is not None else []
     done = 0
     while True:
         if every_s is not None:
@@ -101,6 +145,8 @@ def run_learn(
                 log(f"  {key[0]} hour {'*' if key[1] is None else key[1]}: {d.reason}")
         log(f"{out}: {summary(result, stats)}")
         table, carried = result.table, result.carry
+        if carry_out is not None:
+            write_carry(carried, carry_out)
         done += 1
         if every_s is None or (iterations is not None and done >= iterations):
             return table
@@ -117,7 +163,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise ConfigError(f"--every {every}: θ must be positive seconds")
         if args.iterations is not None and args.iterations < 1:
             raise ConfigError(f"--iterations {args.iterations}: at least 1")
-        run_learn(args.telemetry, args.table, args.out, config, args.since_ms, every, args.iterations)
+        run_learn(
+            args.telemetry,
+            args.table,
+            args.out,
+            config,
+            args.since_ms,
+            every,
+            args.iterations,
+            carry=args.carry,
+            carry_out=args.carry_out,
+        )
     except (ConfigError, TableError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

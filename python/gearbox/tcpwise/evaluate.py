@@ -485,7 +485,43 @@ def main(argv: list[str] | None = None) -> int:
         "--oracle-iws", type=parse_iws, default=parse_iws("5,10,15,20,30,40,60,80"), help="the oracle's IWs"
     )
     pop.add_argument("--no-fast-start", action="store_true", help="TCP WISE from (10, 15) instead of the fast start")
+    pop.add_argument(
+        "--learn-config",
+        type=Path,
+        default=Path("scenarios/control/tcpwise-learn.toml"),
+        help="with --population --emulator: the loop's learner config (default: tcpwise-loop's)",
+    )
+    pop.add_argument(
+        "--stages",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=["base", "tcpwise", "riptide", "oracle"],
+        help="with --population --emulator: which of base,tcpwise,riptide,oracle (base first; riptide needs it)",
+    )
+    pop.add_argument(
+        "--transports",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=["tcp", "quic"],
+        help="with --population --emulator: tcp, quic or both",
+    )
     a = p.parse_args(argv)
+    if a.population and a.emulator:
+        from gearbox.tcpwise import popemu
+
+        a.out = a.out or Path("out/tcpwise-population-emulator")
+        a.theta = a.theta if a.theta is not None else 6.0
+        if a.prefixes < 1 or a.rate <= 0 or a.theta <= 0 or a.emulator_duration_s <= 0:
+            p.error("--prefixes, --rate, --theta and --emulator-duration-s must be positive")
+        if not 1 <= a.prefixes <= 256:
+            p.error(f"--prefixes {a.prefixes}: the emulator's population takes 1 to 256 here")
+        if any(iw < 3 for iw in a.oracle_iws):
+            p.error("--oracle-iws: IWs of at least 3")
+        bad = [s for s in a.stages if s not in ("base", "tcpwise", "riptide", "oracle")]
+        bad += [t for t in a.transports if t not in popemu.TRANSPORTS]
+        if bad or "base" not in a.stages or not a.transports:
+            p.error(f"--stages (base,tcpwise,riptide,oracle; base required) / --transports (tcp,quic): {bad}")
+        if not a.learn_config.is_file():
+            p.error(f"--learn-config {a.learn_config}: no such file")
+        return popemu.main(a)
     if a.population:
         from gearbox.tcpwise import population
 
