@@ -513,6 +513,11 @@ def _run_stage(plan: Plan, out: Path, name: str, policies: list[tuple[str, str, 
     from gearbox.lab.runner import run_file
 
     folder = out / name
+    if (folder / "lab" / "runs.json").exists():
+        # A finished stage of an earlier invocation with the same --out: kept, so a cut
+        # evaluation goes on where it stopped (delete the folder to run it again).
+        print(f"{PROG}: stage {name} already ran in {folder}; kept", file=sys.stderr)
+        return folder / "lab" / "runs"
     folder.mkdir(parents=True, exist_ok=True)
     if control:
         write_empty_policy(folder / "tcpwise-empty")
@@ -563,11 +568,10 @@ def run(
             runs[t]["riptide"] = d / f"c000-{t}-riptide-r0"
     grid = [iw for iw in oracle_iws if iw != 10]
     if "oracle" in stages and grid:
-        pols = []
         for iw in grid:
-            table = tables / f"iw{iw}.toml"
-            table.write_text(table_text({"others": iw}), encoding="utf-8")
-            pols += [(f"{t}-iw{iw}", t, table) for t in transports]
+            (tables / f"iw{iw}.toml").write_text(table_text({"others": iw}), encoding="utf-8")
+        # Transport by transport, so that a cut run leaves one transport's grid whole.
+        pols = [(f"{t}-iw{iw}", t, tables / f"iw{iw}.toml") for t in transports for iw in grid]
         d = _run_stage(plan, out, "oracle", pols, False)
         for t in transports:
             for iw in grid:
