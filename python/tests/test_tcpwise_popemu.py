@@ -120,7 +120,13 @@ def edge(prefix: int, cwnd_pkts: float, lost: int, iw_set: list[int] | None = No
         "client_addr": f"100.64.{prefix}.1:5000",
         "protocol": "h2",
         "server_time_ms": 50.0,
-        "transport": {"cwnd_bytes": cwnd_pkts * 1448, "sent_packets": 20, "lost_packets": lost, "min_rtt_ms": 0.0},
+        "transport": {
+            "cwnd_bytes": cwnd_pkts * 1448,
+            "sent_packets": 20,
+            "lost_packets": lost,
+            "min_rtt_ms": 0.0,
+            "timeouts": 1 if lost > 1 else 0,
+        },
         "error": None,
     }
     if iw_set:
@@ -155,6 +161,8 @@ def test_the_figures_from_invented_runs() -> None:
     assert s["overall"]["tcpwise"]["retransmission_rate"] == 0.05
     assert s["overall"]["oracle"]["retransmission_rate"] == 0.05  # half its responses from the IW 40 run
     assert s["overall"]["iw10"]["lossy_response_share"] == 0.0
+    assert s["overall"]["oracle"]["timeout_response_share"] == 0.5  # prefix 1's IW 40 responses
+    assert s["overall"]["tcpwise"]["timeouts_per_response"] == 0.0
     base = s["overall"]["iw10"]["p80_ms"]
     assert s["vs_iw10"]["tcpwise"]["p80_ms"] == round(100 * (s["overall"]["tcpwise"]["p80_ms"] / base - 1), 1)
     half = s["tcpwise_second_half"]

@@ -37,6 +37,24 @@ pub fn tcp_unacked_bytes(info: &libc::tcp_info) -> u64 {
         .saturating_sub(info.tcpi_bytes_acked)
 }
 
+/// Retransmission timeouts of the connection (`tcpi_total_rto`), or `None` where the kernel
+/// does not report it: before Linux 6.7 `TCP_INFO` is shorter and the field reads zero, so a
+/// zero is a count only when the kernel filled the field (the returned length covers it).
+fn tcp_total_rto(info: &libc::tcp_info) -> Option<u64> {
+    (info.tcpi_total_rto != 0 || kernel_has_total_rto()).then_some(u64::from(info.tcpi_total_rto))
+}
+
+/// Whether this kernel's `TCP_INFO` reaches `tcpi_total_rto` (Linux 6.7+), read once.
+fn kernel_has_total_rto() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (major, minor) >= (6, 7)
+    })
+}
+
 /// Snapshot of a TCP connection from `TCP_INFO`; `cc` is the kernel's controller name.
 pub fn tcp_snapshot<S: AsFd>(socket: &S) -> std::io::Result<TransportSnapshot> {
     let info = tcp_info(socket)?;
@@ -53,6 +71,7 @@ pub fn tcp_snapshot<S: AsFd>(socket: &S) -> std::io::Result<TransportSnapshot> {
         congestion_events: None,
         unacked_bytes: Some(tcp_unacked_bytes(&info)),
         delivery_rate_bps: Some(info.tcpi_delivery_rate.saturating_mul(8)),
+        timeouts: tcp_total_rto(&info),
     })
 }
 
@@ -70,6 +89,7 @@ pub fn quic_snapshot(conn: &quinn::Connection, cc: &str) -> TransportSnapshot {
         congestion_events: Some(s.path.congestion_events),
         unacked_bytes: None,
         delivery_rate_bps: None,
+        timeouts: None,
     }
 }
 

@@ -80,6 +80,11 @@ pub struct TransportSnapshot {
     pub unacked_bytes: Option<u64>,
     /// Delivery-rate estimate, bits per second (TCP only: `tcpi_delivery_rate * 8`).
     pub delivery_rate_bps: Option<u64>,
+    /// Retransmission timeouts that fired on the connection (TCP only: `tcpi_total_rto`,
+    /// Linux 6.7+; TCP WISE's Table II counts timeouts). Left out of the JSON where the
+    /// stack does not count them (QUIC, the simulator, an older kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
 }
 
 /// Which end wrote a record.

@@ -1580,6 +1580,7 @@ impl Sim {
                 congestion_events: Some(stats.path.congestion_events),
                 unacked_bytes: None,
                 delivery_rate_bps: None,
+                timeouts: None,
             }),
             decision: Some("sim:quic".into()),
             decision_id: None,

@@ -38,7 +38,9 @@ A response's latency is the client's completion time less its handshake
 (`server_time_ms`, §IV-B, what the learner minimises) is reported beside it. Table II: the
 retransmission rate is the edge's retransmitted over sent packets (TCP: `tcpi_total_retrans`
 over `tcpi_segs_out`; QUIC: lost over sent) and the share of responses whose connection
-retransmitted. The edge's records carry no RTO count, so timeouts are not reported.
+retransmitted; on kernel TCP also the share of responses whose connection had a
+retransmission timeout, and timeouts per response (the edge's `transport.timeouts`,
+`tcpi_total_rto`); quinn counts no timeouts.
 
 **Fidelity** (`fidelity`): the emulator must carry the paths as configured at this load; per
 run, from the edge's records, the least RTT each /24's connections measured against its
@@ -276,6 +278,7 @@ def _stats(lat: list[float]) -> dict[str, Any]:
 def _retransmissions(edge: Iterable[dict[str, Any]], prefixes: set[int] | None = None) -> dict[str, Any]:
     sent = lost = lossy = n = 0
     server: list[float] = []
+    timeouts: list[int] = []
     for r in edge:
         p = prefix_of(r.get("client_addr"))
         if p is None or (prefixes is not None and p not in prefixes) or r.get("error"):
@@ -289,11 +292,16 @@ def _retransmissions(edge: Iterable[dict[str, Any]], prefixes: set[int] | None =
         lossy += 1 if (t.get("lost_packets") or 0) > 0 else 0
         if r.get("server_time_ms") is not None:
             server.append(float(r["server_time_ms"]))
+        if t.get("timeouts") is not None:
+            timeouts.append(int(t["timeouts"]))
     return {
         "edge_responses": n,
         "retransmission_rate": round(lost / sent, 4) if sent else None,
         "lossy_response_share": round(lossy / n, 4) if n else None,
         "server_p80_ms": round(percentile(server, 80), 1) if server else None,
+        # Kernel TCP's retransmission timeouts (`transport.timeouts`, tcpi_total_rto); QUIC: none.
+        "timeout_response_share": round(sum(1 for x in timeouts if x > 0) / len(timeouts), 4) if timeouts else None,
+        "timeouts_per_response": round(sum(timeouts) / len(timeouts), 4) if timeouts else None,
     }
 
 
@@ -467,15 +475,18 @@ def report(result: dict[str, Any], parameters: dict[str, Any]) -> str:
                     lines.append(f"| {name} | {c} | {cs['responses']} | {q} |")
         lines += [
             "",
-            "| policy | retransmission rate | responses that retransmitted | edge's TCP latency p80 (ms) |",
-            "|---|---:|---:|---:|",
+            "| policy | retransmission rate | responses that retransmitted | responses with a timeout |"
+            " timeouts per response | edge's TCP latency p80 (ms) |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for name in POLICIES:
             o = s["overall"].get(name)
             if o and o.get("retransmission_rate") is not None:
+                share = o.get("timeout_response_share")
+                per = _fmt(o.get("timeouts_per_response"), ".3f")
                 lines.append(
                     f"| {name} | {100 * o['retransmission_rate']:.2f}% | {100 * o['lossy_response_share']:.1f}% |"
-                    f" {_fmt(o.get('server_p80_ms'))} |"
+                    f" {'-' if share is None else f'{100 * share:.1f}%'} | {per} | {_fmt(o.get('server_p80_ms'))} |"
                 )
         lines += ["", "| policy | IW: /24s |", "|---|---|"]
         for name, iws in s["iw_per_prefix"].items():
