@@ -53,6 +53,7 @@ RECORD_TYPES: dict[str, str] = {
     "transport_congestion_events": "int64",
     "transport_unacked_bytes": "int64",
     "transport_delivery_rate_bps": "int64",
+    "transport_timeouts": "int64",
     "iw_cluster": "string",
     "iw_hour": "int64",
     "iw_iw": "int64",
