@@ -20,6 +20,7 @@ from gearbox.flexhttp.lab import (
     evaluate,
     evaluate_si,
     forest_predict,
+    read_dataset,
     sample_conditions,
     train,
 )
@@ -116,6 +117,13 @@ def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromi
     assert r["h3_faster_share"] == pytest.approx(0.5)
     assert (r["loader_agreement"], r["loader_pairs"]) == (pytest.approx(0.75), 4)
     assert r["per_condition"]["rtt300-loss3-rate1"]["flexhttp"] == pytest.approx((3000 + 2500) / 2)
+    # Training by SI reads the h2 and h3 loads as a dataset whose load time is the SI.
+    as_loads, _ = read_dataset(ds, [rows])
+    assert len(as_loads) == 4 * 6 and {r["http_version"] for r in as_loads} == {"h2", "h3"}
+    assert sorted(r["page_load_ms"] for r in as_loads if r["condition"]["id"] == "rtt30-loss0.01-rate10")[:2] == [
+        500,
+        520,
+    ]
     # A row without its SI names the file and line.
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"condition": cond, "page": "a", "http_version": "h2"}) + "\n")
@@ -161,6 +169,8 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
     for c in report["classifiers"].values():
         assert 0.0 <= c["accuracy"] <= 1.0
     assert set(report["kmeans"]) >= {"2"}
+    for c in report["kmeans"].values():
+        assert 0.0 <= c["forest_against_kmeans_labels_accuracy"] <= 1.0
     assert (tmp_path / "train" / "train.json").is_file()
     if "error" not in report["model"]:
         ev = evaluate(tmp_path / "train" / "model", out)

@@ -248,8 +248,24 @@ def client_main(spec_path: Path) -> int:
 # --- reading a dataset ----------------------------------------------------------------------------
 
 
-def read_dataset(path: Path) -> tuple[list[dict], dict[str, dict]]:
-    """(loads without error, page features by page name) of a dataset folder."""
+def read_dataset(path: Path, si_paths: list[Path] | None = None) -> tuple[list[dict], dict[str, dict]]:
+    """(loads without error, page features by page name) of a dataset folder. With `si_paths`, the
+    loads are instead Chromium's h2 and h3 loads of those Speed Index files, their SI standing where
+    our loader's page load time stands (`page_load_ms`), so that training learns SI's winner."""
+    if si_paths:
+        _, pages = read_dataset(path)
+        si_rows, _ = read_si(si_paths)
+        rows = []
+        for r in si_rows:
+            if r["http_version"] not in VERSIONS:
+                continue
+            c = r["condition"]
+            cond = {"rtt_ms": c["rtt_ms"], "loss_rate": c["loss_rate"], "rate_mbps": c["rate_mbps"]}
+            cond["id"] = condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))
+            if r["page"] not in pages:
+                raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {path / 'sites'}")
+            rows.append(r | {"condition": cond, "page_load_ms": float(r["speed_index_ms"])})
+        return rows, pages
     loads_path = path / "loads.jsonl"
     if not loads_path.is_file():
         raise FlexLabError(f"{loads_path}: no such file (make it with `gearbox lab flexhttp dataset`)")
@@ -339,11 +355,15 @@ def grouped_cv(model_fn, x: np.ndarray, y: np.ndarray, cond: np.ndarray, folds: 
     return accs
 
 
-def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) -> dict:
+def train(
+    dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int], si_paths: list[Path] | None = None
+) -> dict:
+    """Classifiers by grouped CV, k-means labels, the exported forest; by our loader's page load time,
+    or with `si_paths` by Chromium's Speed Index of the same pages and conditions."""
     from gearbox.flexhttp.forest import TrainError, export, fit_forest
     from gearbox.flexhttp.labels import choose_k, label
 
-    rows, pages = read_dataset(dataset_dir)
+    rows, pages = read_dataset(dataset_dir, si_paths)
     g = groups(rows, pages)
     if not g:
         raise FlexLabError(f"{dataset_dir}: no (condition, page) measured over both versions")
@@ -356,6 +376,7 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
         raise FlexLabError(f"{dataset_dir}: {n_cond} condition(s); grouped cross-validation needs at least 2")
     report: dict = {
         "dataset": str(dataset_dir),
+        "metric": "speed index (chromium)" if si_paths else "page load time (our loader)",
         "loads": len(rows),
         "groups": len(g),
         "conditions": n_cond,
@@ -399,11 +420,16 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
                 votes[j].append(int(ent[i]))
         for j in range(len(g)):
             gl[j] = round(statistics.mean(votes[j])) if votes[j] else 0
-        accs = grouped_cv(classifiers(seed)[f"random forest (depth {4})"], x, y, cond, folds, fit_y=gl)
+        forest = classifiers(seed)[f"random forest (depth {4})"]
+        accs = grouped_cv(forest, x, y, cond, folds, fit_y=gl)
+        # FlexHTTP's own measure (§3.3.2, §4: "10-fold cross-validation" of a forest whose ground truth
+        # is the k-means labels): learnt from and scored against the same labels, here grouped by condition.
+        self_accs = grouped_cv(forest, x, gl, cond, folds)
         kmeans[str(k)] = {
             "auto": k == auto_k,
             "label_agreement": agree,
             "forest_on_kmeans_labels_accuracy": float(np.mean(accs)),
+            "forest_against_kmeans_labels_accuracy": float(np.mean(self_accs)),
         }
     report["kmeans"] = kmeans
     # The exported model: as the agent trains it.
@@ -520,11 +546,14 @@ def chromium(
     seed: int,
     visits: int = 2,
     gearbox: Path | None = None,
+    max_conditions: int | None = None,
+    max_pages: int | None = None,
 ) -> Path:
     """Speed Index of a dataset's pages in its conditions, measured in Chromium (`gearbox pages
     measure`'s path and speedline meter), one condition at a time: Chromium's rendering needs the
     CPU, so conditions are not run side by side. Appends to OUT/si.jsonl; a condition already there
-    (OUT/COND.done) is skipped, so a stopped run continues."""
+    (OUT/COND.done) is skipped, so a stopped run continues. `max_conditions` takes that many of the
+    dataset's conditions, evenly spread over its list; `max_pages` its first pages."""
     from gearbox.pages.chromium import measure_over_emu
 
     gearbox = gearbox or _gearbox_bin()
@@ -532,7 +561,10 @@ def chromium(
     if not conds_path.is_file():
         raise FlexLabError(f"{conds_path}: no such file (make the dataset with `gearbox lab flexhttp dataset`)")
     conditions = [Condition(**c) for c in json.loads(conds_path.read_text())]
-    pages = dataset_pages(dataset_dir)
+    if max_conditions is not None and max_conditions < len(conditions):
+        n = len(conditions)
+        conditions = [conditions[i * n // max_conditions] for i in range(max_conditions)]
+    pages = dataset_pages(dataset_dir)[:max_pages]
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     for i, c in enumerate(conditions, 1):
@@ -793,24 +825,29 @@ def loop(dataset_dir: Path, eval_dir: Path | None, out: Path, k: int | None) -> 
 def _print_train(r: dict) -> None:
     print(
         f"{r['loads']} loads, {r['groups']} (condition, page) pairs over {r['conditions']} conditions and "
-        f"{r['pages']} pages; H3 faster in {r['h3_wins'] * 100:.1f}% of pairs"
+        f"{r['pages']} pages; H3 faster in {r['h3_wins'] * 100:.1f}% of pairs (by {r['metric']})"
     )
     print(f"{r['folds']}-fold cross-validation grouped by condition, accuracy against the per-pair winner:")
     for name, c in r["classifiers"].items():
         print(f"  {name:32s} {c['accuracy'] * 100:5.1f}%  (std {c['std'] * 100:.1f})")
-    print("k-means labels (the agent's): agreement with the per-pair winner, and the forest trained on them:")
+    print(
+        "k-means labels (the agent's): agreement with the per-pair winner, the forest trained on them scored "
+        "against the per-pair winner, and against the k-means labels themselves (FlexHTTP's measure):"
+    )
     for k, c in r["kmeans"].items():
         auto = " (auto)" if c["auto"] else ""
         print(
             f"  k={k:>3s}{auto:7s} labels agree {c['label_agreement'] * 100:5.1f}%, "
-            f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%"
+            f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%, "
+            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}%"
         )
     m = r["model"]
     if "error" in m:
         print(f"model: none ({m['error']})")
     else:
         print(f"model: {m['dir']} ({m['model_version']}, {m['rows']} rows, k={m['k']})")
-    print("Fig. 1: median R = PLT_h2 / PLT_h3 (n) by RTT ms (rows) x loss % (columns)")
+    m = "SI" if r["metric"].startswith("speed") else "PLT"
+    print(f"Fig. 1: median R = {m}_h2 / {m}_h3 (n) by RTT ms (rows) x loss % (columns)")
     for rtt in sorted(r["r_si"]["rtt_x_loss"], key=float):
         row = r["r_si"]["rtt_x_loss"][rtt]
         print(
@@ -891,6 +928,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--folds", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--k", type=int, action="append", default=[], help="also score k-means labels with this k")
+    t.add_argument(
+        "--si",
+        type=Path,
+        action="append",
+        default=[],
+        help="learn Chromium's Speed Index (rows of `chromium`, repeatable) instead of our loader's PLT",
+    )
     e = sub.add_parser("evaluate", help="the model's choices against H2-only, H3-only and the oracle")
     e.add_argument("--model", type=Path, required=True, help="a model folder (train's OUT/model, or the agent's)")
     e.add_argument("--dataset", type=Path, required=True)
@@ -914,6 +958,8 @@ def main(argv: list[str] | None = None) -> int:
     ch.add_argument("--reps", type=int, default=3)
     ch.add_argument("--visits", type=int, default=2, help="chromium: visits by one browser profile (default 2)")
     ch.add_argument("--seed", type=int, default=5, help="seed of the emulated loss")
+    ch.add_argument("--conditions", type=int, help="only this many of the dataset's conditions, evenly spread")
+    ch.add_argument("--pages", type=int, help="only the dataset's first pages")
     pr = sub.add_parser("probe", help="the agent's RTT, loss and capacity estimates on emulated paths (needs root)")
     pr.add_argument("--out", type=Path, required=True)
     pr.add_argument("--conditions", type=int, default=5)
@@ -967,12 +1013,24 @@ def main(argv: list[str] | None = None) -> int:
             if "evaluate" in r:
                 _print_eval(r["evaluate"])
         elif a.command == "train":
-            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32])
+            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32], a.si)
             _print_train(r)
         elif a.command == "chromium":
             if a.reps < 1:
                 raise FlexLabError("--reps must be >= 1")
-            print(f"flexhttp chromium: {chromium(a.dataset, a.out, a.http or ['h2', 'h3'], a.reps, a.seed, a.visits)}")
+            if (a.conditions is not None and a.conditions < 1) or (a.pages is not None and a.pages < 1):
+                raise FlexLabError("--conditions and --pages must be >= 1")
+            path = chromium(
+                a.dataset,
+                a.out,
+                a.http or ["h2", "h3"],
+                a.reps,
+                a.seed,
+                a.visits,
+                max_conditions=a.conditions,
+                max_pages=a.pages,
+            )
+            print(f"flexhttp chromium: {path}")
         elif a.si:
             r = evaluate_si(a.model, a.dataset, a.si)
             _print_eval_si(r)

@@ -5,7 +5,7 @@
     gearbox pages stats DIR                            # the set's statistics against FlexHTTP's Table 1
     gearbox pages measure --sites DIR --page page-0000 [--page ...] --rtt-ms 80 --loss 0.005 --rate-mbps 7 \
         [--http h2 --http h3 --http chromium] [--reps 3] [--meter lighthouse|speedline] [--visits 2] \
-        --out loads.jsonl                              # Speed Index in Chromium through the emulator (root)
+        [--server edge|nginx|caddy] --out loads.jsonl  # Speed Index in Chromium through the emulator (root)
 
 A site is served as static files (`gearbox edge --static-dir DIR`, then /page-NNNN/index.html);
 `DIR/page-NNNN.page.json` is the same page as a dependency graph for `Client.load_page`.
@@ -24,6 +24,7 @@ from pathlib import Path
 from gearbox.pages.chromium import VERSIONS, BrowserError, Condition, measure_over_emu, run_loads
 from gearbox.pages.features import PageFeatureError, page_features
 from gearbox.pages.generate import MANIFEST, GenerateError, generate
+from gearbox.pages.peers import PEERS
 
 #: FlexHTTP Table 1 (mean, std, max); MB = 10^6 bytes.
 TABLE1 = {
@@ -75,6 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a first visit, HTTP/3 after Alt-Svc; speedline meter only)",
     )
     m.add_argument("--visits", type=int, default=2, help="chromium: visits per load by one browser profile (default 2)")
+    m.add_argument(
+        "--server",
+        choices=["edge", *PEERS],
+        default="edge",
+        help="who serves the sites: our edge (default) or a peer's HTTP/2 server (h2 only)",
+    )
+    m.add_argument(
+        "--edge-arg",
+        action="append",
+        default=[],
+        help="an argument for our edge, e.g. --edge-arg=--tcp-cc=system (repeatable)",
+    )
     m.add_argument("--reps", type=int, default=1)
     m.add_argument("--seed", type=int, default=0, help="seed of the emulated loss")
     m.add_argument(
@@ -120,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 meter=a.meter,
                 settle_ms=a.settle_ms,
                 visits=a.visits,
+                server=a.server,
+                edge_args=a.edge_arg,
             )
         elif a.command == "browse":
             return run_loads(a.spec)

@@ -383,12 +383,19 @@ def measure_over_emu(
     meter: str = "lighthouse",
     settle_ms: int = 1000,
     visits: int = 2,
+    server: str = "edge",
+    edge_args: list[str] | None = None,
 ) -> int:
     """Serves `sites` from our edge in the emulator's server namespace and loads each page over each
     version `repetitions` times in Chromium in the client namespace (interleaved: page, repetition,
     version), appending one JSON line per load to `out_jsonl` (`visits` lines for the `chromium`
-    version: its first visit and the later ones). Returns gearbox emu's exit status."""
+    version: its first visit and the later ones). `server` is our edge or one of the peers' HTTP/2
+    servers (gearbox.pages.peers: nginx, caddy; h2 only); `edge_args` go to our edge's command line
+    (e.g. `--tcp-cc=system`, to run the peers' controller). Returns gearbox emu's exit status."""
+    import shlex
     import sys
+
+    from gearbox.pages.peers import PEERS, peer_command
 
     condition.validate()
     if meter not in METERS:
@@ -402,6 +409,10 @@ def measure_over_emu(
         raise BrowserError("the chromium version (visits by one profile) needs the speedline meter")
     if "chromium" in versions and visits < 2:
         raise BrowserError(f"the chromium version needs 2 visits or more (the first, then after Alt-Svc), got {visits}")
+    if server != "edge" and server not in PEERS:
+        raise BrowserError(f"server must be edge or one of {', '.join(PEERS)}, got {server!r}")
+    if server != "edge" and set(versions) != {"h2"}:
+        raise BrowserError(f"{server} is measured over h2 only (our edge is the HTTP/3 server), got {versions}")
     for p in pages:
         if not (sites / p / "index.html").is_file():
             raise BrowserError(f"{sites / p / 'index.html'}: no such file")
@@ -421,6 +432,8 @@ def measure_over_emu(
         "meter": meter,
         "settle_ms": settle_ms,
         "visits": visits,
+        "server": server,
+        "edge_args": edge_args or [],
         "loads": [
             {"url": f"https://{EMU_HOST}:{EMU_PORT}/{p}/index.html", "page": p, "http_version": v, "repetition": r}
             for p in pages
@@ -429,13 +442,19 @@ def measure_over_emu(
         ],
     }
     (workdir / "loads.json").write_text(json.dumps(spec, indent=1))
-    server = (
-        f"exec {gearbox_bin} edge --listen 10.0.0.1:{EMU_PORT} --cert {cert} --key {key} "
-        f"--static-dir {sites.resolve()} --telemetry {workdir / 'edge.jsonl'}"
-    )
+    if server == "edge":
+        server_cmd = (
+            f"exec {gearbox_bin} edge --listen 10.0.0.1:{EMU_PORT} --cert {cert} --key {key} "
+            f"--static-dir {sites.resolve()} --telemetry {workdir / 'edge.jsonl'}"
+        )
+        server_cmd += "".join(f" {shlex.quote(a)}" for a in edge_args or [])
+        ready = f"{EMU_PORT}/tcp,{EMU_PORT}/udp"
+    else:
+        server_cmd = peer_command(server, workdir / server, sites.resolve(), cert, key, f"10.0.0.1:{EMU_PORT}")
+        ready = f"{EMU_PORT}/tcp"
     client = f"exec {sys.executable} -m gearbox.pages browse {workdir / 'loads.json'}"
     cmd = [str(gearbox_bin), "emu", "--config", str(workdir / "emu.toml"), "--seed", str(seed)]
-    cmd += ["--ready-ports", f"{EMU_PORT}/tcp,{EMU_PORT}/udp", "--server", server, "--client", client]
+    cmd += ["--ready-ports", ready, "--server", server_cmd, "--client", client]
     env = dict(os.environ, PYTHONPATH=str(repo_root() / "python"))
     return subprocess.run(cmd, env=env).returncode
 
@@ -456,7 +475,9 @@ def run_loads(spec_path: Path) -> int:
     def emit(out, load: dict, result: BrowserLoad | BrowserError, visit: int = 0) -> None:
         nonlocal failures
         row = {k: load[k] for k in ("page", "http_version", "repetition")}
-        row |= {"condition": spec["condition"], "meter": meter}
+        row |= {"condition": spec["condition"], "meter": meter, "server": spec.get("server", "edge")}
+        if spec.get("edge_args"):
+            row["edge_args"] = spec["edge_args"]
         if isinstance(result, BrowserError):
             failures += 1
             row |= {"visit": visit, "error": str(result)}
