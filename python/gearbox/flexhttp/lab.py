@@ -442,6 +442,8 @@ def train(
             "label_agreement": agree,
             "forest_on_kmeans_labels_accuracy": float(np.mean(accs)),
             "forest_against_kmeans_labels_accuracy": float(np.mean(self_accs)),
+            # What always answering the labels' majority version would score by that measure.
+            "kmeans_labels_majority": float(max(gl.mean(), 1 - gl.mean())),
         }
     report["kmeans"] = kmeans
     # The exported model: as the agent trains it.
@@ -836,7 +838,8 @@ def _print_train(r: dict) -> None:
         print(
             f"  k={k:>3s}{auto:7s} labels agree {c['label_agreement'] * 100:5.1f}%, "
             f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%, "
-            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}%"
+            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}% "
+            f"(majority {c['kmeans_labels_majority'] * 100:.1f}%)"
         )
     m = r["model"]
     if "error" in m:
