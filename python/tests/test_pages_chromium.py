@@ -178,7 +178,11 @@ def test_peer_servers_serve_h2_only(tmp_path: Path) -> None:
     assert cmd.startswith("exec nginx -c ")
     conf = (tmp_path / "w" / "nginx.conf").read_text()
     assert "listen 10.0.0.1:4433 ssl http2;" in conf and "ssl_protocols TLSv1.3;" in conf
-    assert "caddy run" in peer_command("caddy", tmp_path / "w", tmp_path, tmp_path / "c", tmp_path / "k", "a:1")
+    assert "caddy run" in peer_command(
+        "caddy", tmp_path / "c", tmp_path, tmp_path / "c", tmp_path / "k", "10.0.0.1:4433"
+    )
+    # Any host name on the port: Chromium asks for gearbox.test, not the address.
+    assert "https://:4433 {\n  bind 10.0.0.1\n" in (tmp_path / "c" / "Caddyfile").read_text()
     with pytest.raises(ValueError, match="peer must be one of nginx, caddy"):
         peer_command("apache", tmp_path, tmp_path, tmp_path, tmp_path, "a:1")
     cond = Condition(rtt_ms=50, loss_rate=0.0, rate_mbps=5)

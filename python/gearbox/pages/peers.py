@@ -49,7 +49,9 @@ http {{
 
 
 def caddyfile(work: Path, sites: Path, cert: Path, key: Path, listen: str) -> Path:
-    """caddy serving `sites` over HTTP/2 (and HTTP/1.1) on `listen` (ADDR:PORT)."""
+    """caddy serving `sites` over HTTP/2 (and HTTP/1.1) on `listen` (ADDR:PORT), to any host name: a
+    site address with a host would answer other names (Chromium's `gearbox.test`) with an empty 200."""
+    address, _, port = listen.rpartition(":")
     conf = work / "Caddyfile"
     conf.write_text(
         f"""{{
@@ -61,7 +63,8 @@ def caddyfile(work: Path, sites: Path, cert: Path, key: Path, listen: str) -> Pa
     protocols h1 h2
   }}
 }}
-https://{listen} {{
+https://:{port} {{
+  bind {address}
   tls {cert} {key}
   root * {sites}
   file_server
