@@ -24,55 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from gearbox.pages.peers import peer_command
+
 PORT = 4433
-
-
-def nginx_conf(work: Path, sites: Path, cert: Path, key: Path) -> Path:
-    conf = work / "nginx.conf"
-    conf.write_text(
-        f"""daemon off;
-worker_processes 1;
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {work}/nginx-tmp;
-  include /etc/nginx/mime.types;
-  sendfile on;
-  server {{
-    listen 10.0.0.1:{PORT} ssl http2;
-    ssl_certificate {cert};
-    ssl_certificate_key {key};
-    ssl_protocols TLSv1.3;
-    root {sites};
-  }}
-}}
-"""
-    )
-    return conf
-
-
-def caddyfile(work: Path, sites: Path, cert: Path, key: Path) -> Path:
-    conf = work / "Caddyfile"
-    conf.write_text(
-        f"""{{
-  admin off
-  auto_https disable_redirects
-  skip_install_trust
-  storage file_system {work}/caddy-data
-  servers {{
-    protocols h1 h2
-  }}
-}}
-https://10.0.0.1:{PORT} {{
-  tls {cert} {key}
-  root * {sites}
-  file_server
-}}
-"""
-    )
-    return conf
 
 
 def servers(gearbox: str, work: Path, sites: Path, cert: Path, key: Path) -> dict[str, tuple[str, list[str]]]:
@@ -80,12 +34,8 @@ def servers(gearbox: str, work: Path, sites: Path, cert: Path, key: Path) -> dic
     return {
         "edge-unlimited": (edge + " --tcp-notsent-lowat 0", ["tcp", "h1", "quic"]),
         "edge-lowat16k": (edge + " --tcp-notsent-lowat 16384", ["tcp", "h1"]),
-        "nginx": (f"exec nginx -c {nginx_conf(work, sites, cert, key)}", ["tcp"]),
-        "caddy": (
-            f"HOME={work} XDG_DATA_HOME={work} XDG_CONFIG_HOME={work} exec caddy run --adapter caddyfile "
-            f"--config {caddyfile(work, sites, cert, key)}",
-            ["tcp"],
-        ),
+        "nginx": (peer_command("nginx", work, sites, cert, key, f"10.0.0.1:{PORT}"), ["tcp"]),
+        "caddy": (peer_command("caddy", work, sites, cert, key, f"10.0.0.1:{PORT}"), ["tcp"]),
     }
 
 

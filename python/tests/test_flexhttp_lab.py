@@ -10,8 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gearbox.flexhttp.features import FEATURES
-from gearbox.flexhttp.lab import TABLE1, Condition, dataset, evaluate, forest_predict, sample_conditions, train
+from gearbox.flexhttp.features import FEATURES, PAGE_FEATURES
+from gearbox.flexhttp.lab import (
+    TABLE1,
+    Condition,
+    FlexLabError,
+    condition_id,
+    dataset,
+    evaluate,
+    evaluate_si,
+    forest_predict,
+    read_dataset,
+    sample_conditions,
+    train,
+)
 
 
 def test_a_wsp_sample_spreads_over_table_1s_grid() -> None:
@@ -38,6 +50,85 @@ def test_the_exported_forest_reads_back_as_scikit_learn_predicts(tmp_path: Path)
     save_forest(model, tmp_path / "forest.json", list(FEATURES))
     probe = rng.lognormal(3, 2, (200, len(FEATURES)))
     assert np.allclose(forest_predict(tmp_path, probe), model.predict_proba(probe)[:, 1], atol=1e-6)
+
+
+def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromium_and_our_loader(
+    tmp_path: Path,
+) -> None:
+    """`evaluate --si` on invented Speed Index rows: per (condition, page) the median SI of each version,
+    the forest's choice, the oracle, Chromium's own choice by visit, and whether our loader's PLT
+    ordering agrees with Chromium's SI ordering."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from gearbox.models.sklearn_to_json import save_forest
+
+    # A forest that says h3 exactly when the RTT (feature 0) is above 100 ms.
+    rng = np.random.default_rng(1)
+    x = rng.uniform(10, 400, (300, len(FEATURES)))
+    model = RandomForestClassifier(n_estimators=5, max_depth=2, random_state=0).fit(x, (x[:, 0] > 100).astype(int))
+    save_forest(model, tmp_path / "forest.json", list(FEATURES))
+    conds = {"near": (30, 0.0001, 10), "far": (300, 0.03, 1)}
+    # SI ms per (condition, page): h2 runs, h3 runs, chromium (first, later) visits.
+    si = {
+        ("near", "a"): ([500, 520, 700], [600, 610, 590], [510], [640]),
+        ("near", "b"): ([900, 800, 850], [700, 750, 720], [860], [730]),
+        ("far", "a"): ([4000, 4200, 3900], [3000, 3100, 2900], [4100], [3050]),
+        ("far", "b"): ([2000, 2100, 2050], [2500, 2600, 2400], [2080], [2550]),
+    }
+    ds = tmp_path / "ds"
+    (ds / "sites").mkdir(parents=True)
+    (ds / "sites" / "pages.json").write_text(
+        json.dumps({"pages": [{"name": p, "features": {f: 10.0 for f in PAGE_FEATURES}} for p in ("a", "b")]})
+    )
+    # Our loader's PLTs order three of the four pairs as Chromium does; at (far, b) it finds h3 faster.
+    loader_h3_faster = {("near", "a"): False, ("near", "b"): True, ("far", "a"): True, ("far", "b"): True}
+    with open(ds / "loads.jsonl", "w") as f:
+        for (c, page), h3_faster in loader_h3_faster.items():
+            rtt, loss, rate = conds[c]
+            cond = {"rtt_ms": rtt, "loss_rate": loss, "rate_mbps": rate}
+            cond["id"] = condition_id(Condition(rtt, loss, rate))
+            for version, plt in (("h2", 1000), ("h3", 900 if h3_faster else 1100)):
+                f.write(json.dumps({"condition": cond, "page": page, "http_version": version, "page_load_ms": plt}))
+                f.write("\n")
+    rows = tmp_path / "si.jsonl"
+    with open(rows, "w") as f:
+        for (c, page), (h2, h3, first, later) in si.items():
+            rtt, loss, rate = conds[c]
+            cond = {"rtt_ms": float(rtt), "loss_rate": loss, "rate_mbps": float(rate)}
+            for version, values in (("h2", h2), ("h3", h3), ("chromium", first), ("chromium", later)):
+                for v in values:
+                    visit = 1 if values is later else 0
+                    row = {"condition": cond, "page": page, "http_version": version, "visit": visit}
+                    f.write(json.dumps(row | {"speed_index_ms": v}) + "\n")
+        # A failed load is counted and left out.
+        f.write(json.dumps({"condition": cond, "page": "a", "http_version": "h3", "error": "timed out"}) + "\n")
+    r = evaluate_si(tmp_path, ds, [rows])
+    assert (r["groups"], r["chromium_groups"], r["failed_loads"]) == (4, 4, 1)
+    o = r["overall"]
+    assert o["h2-only"]["mean_ms"] == pytest.approx((520 + 850 + 4000 + 2050) / 4)
+    assert o["h3-only"]["mean_ms"] == pytest.approx((600 + 720 + 3000 + 2500) / 4)
+    assert o["oracle"]["mean_ms"] == pytest.approx((520 + 720 + 3000 + 2050) / 4)
+    # The forest picks h2 on the 30 ms path and h3 on the 300 ms one: right for page a on both paths
+    # and wrong for page b on both.
+    assert o["flexhttp"]["mean_ms"] == pytest.approx((520 + 850 + 3000 + 2500) / 4)
+    assert r["accuracy"] == pytest.approx(0.5)
+    assert o["chromium-first"]["mean_ms"] == pytest.approx((510 + 860 + 4100 + 2080) / 4)
+    assert o["chromium-later"]["mean_ms"] == pytest.approx((640 + 730 + 3050 + 2550) / 4)
+    assert r["h3_faster_share"] == pytest.approx(0.5)
+    assert (r["loader_agreement"], r["loader_pairs"]) == (pytest.approx(0.75), 4)
+    assert r["per_condition"]["rtt300-loss3-rate1"]["flexhttp"] == pytest.approx((3000 + 2500) / 2)
+    # Training by SI reads the h2 and h3 loads as a dataset whose load time is the SI.
+    as_loads, _ = read_dataset(ds, [rows])
+    assert len(as_loads) == 4 * 6 and {r["http_version"] for r in as_loads} == {"h2", "h3"}
+    assert sorted(r["page_load_ms"] for r in as_loads if r["condition"]["id"] == "rtt30-loss0.01-rate10")[:2] == [
+        500,
+        520,
+    ]
+    # A row without its SI names the file and line.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"condition": cond, "page": "a", "http_version": "h2"}) + "\n")
+    with pytest.raises(FlexLabError, match="bad.jsonl:1: speed_index_ms: missing"):
+        evaluate_si(tmp_path, ds, [bad])
 
 
 def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_path: Path) -> None:
@@ -78,6 +169,8 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
     for c in report["classifiers"].values():
         assert 0.0 <= c["accuracy"] <= 1.0
     assert set(report["kmeans"]) >= {"2"}
+    for c in report["kmeans"].values():
+        assert 0.0 <= c["forest_against_kmeans_labels_accuracy"] <= 1.0
     assert (tmp_path / "train" / "train.json").is_file()
     if "error" not in report["model"]:
         ev = evaluate(tmp_path / "train" / "model", out)

@@ -136,3 +136,56 @@ def test_chromium_loads_and_paints_every_object_of_a_generated_page(
         # screenshots, so allow a frame (~17 ms) and clock granularity between them.
         assert load.fcp_ms > 0
         assert load.speed_index_ms >= load.fcp_ms - 50, load
+
+
+def test_chromium_own_choice_is_http2_first_then_http3_after_alt_svc(generated_edge: tuple[Edge, Path]) -> None:
+    # FlexHTTP §4's "Chromium" baseline: QUIC enabled, not forced. The first visit by a new profile
+    # knows nothing of the origin and goes over HTTP/2; the edge's Alt-Svc header is remembered in
+    # the profile, so the next visit (a new browser on that profile, no connection left open) goes
+    # over HTTP/3, the self-signed certificate accepted as `chrome_flags` arranges.
+    edge, sites = generated_edge
+    url = f"{edge.origin}/page-0000/index.html"
+    first, later = measure_loads_speedline(
+        [url], address="127.0.0.1", cert_pem=edge.cert, http_version="chromium", visits=2
+    )
+    assert isinstance(first, BrowserLoad) and isinstance(later, BrowserLoad), (first, later)
+    assert (first.visit, later.visit) == (0, 1)
+    assert set(first.protocols) == {"h2"}, first
+    assert set(later.protocols) == {"h3"}, later
+    # The cache is off: the later visit fetched every object again.
+    expected = sorted(o["path"] for o in json.loads((sites / "page-0000.page.json").read_text())["objects"])
+    assert sorted(p for p in later.paths if p != "/favicon.ico") == expected
+
+
+def test_chromium_own_choice_flags_leave_the_origin_to_chromium() -> None:
+    flags = chrome_flags("gearbox.test", 4433, "10.0.0.1", "abc=", "chromium")
+    # QUIC is on; forcing it on an unused port of the host only lets its self-signed certificate pass.
+    assert "--enable-quic" in flags and "--disable-quic" not in flags
+    assert [f for f in flags if f.startswith("--origin-to-force-quic-on")] == [
+        "--origin-to-force-quic-on=gearbox.test:9"
+    ]
+    with pytest.raises(BrowserError, match="speedline meter"):
+        measure_load("https://gearbox.test:4433/", address="127.0.0.1", cert_pem=Path("c.pem"), http_version="chromium")
+
+
+def test_peer_servers_serve_h2_only_and_set_cubic_in_their_namespace(tmp_path: Path) -> None:
+    from gearbox.pages.chromium import measure_over_emu
+    from gearbox.pages.peers import peer_command
+
+    cmd = peer_command(
+        "nginx", tmp_path / "w", tmp_path / "sites", tmp_path / "c.pem", tmp_path / "k.pem", "10.0.0.1:4433"
+    )
+    # The kernel default of the server's namespace becomes Cubic before nginx starts (as our edge's TCP).
+    assert cmd.startswith("sysctl -qw net.ipv4.tcp_congestion_control=cubic && exec nginx -c ")
+    conf = (tmp_path / "w" / "nginx.conf").read_text()
+    assert "listen 10.0.0.1:4433 ssl http2;" in conf and "ssl_protocols TLSv1.3;" in conf
+    assert "caddy run" in peer_command("caddy", tmp_path / "w", tmp_path, tmp_path / "c", tmp_path / "k", "a:1")
+    with pytest.raises(ValueError, match="peer must be one of nginx, caddy"):
+        peer_command("apache", tmp_path, tmp_path, tmp_path, tmp_path, "a:1")
+    cond = Condition(rtt_ms=50, loss_rate=0.0, rate_mbps=5)
+    with pytest.raises(BrowserError, match="nginx is measured over h2 only"):
+        measure_over_emu(
+            Path("gearbox"), tmp_path, [], cond, ["h2", "h3"], 1, tmp_path / "o.jsonl", tmp_path, server="nginx"
+        )
+    with pytest.raises(BrowserError, match="server must be edge or one of"):
+        measure_over_emu(Path("gearbox"), tmp_path, [], cond, ["h2"], 1, tmp_path / "o.jsonl", tmp_path, server="iis")

@@ -6,8 +6,17 @@
 //   node speed-index.mjs SPEC.json   ->  one JSON line per load on stdout
 //
 // SPEC: {"chrome": PATH, "flags": [...], "settle_ms": 1000, "timeout_ms": 120000,
-//        "viewport": {"width": 800, "height": 600}, "loads": [{"url": ...}, ...]}
+//        "viewport": {"width": 800, "height": 600}, "loads": [{"url": ...}, ...], "visits": 0}
+//
+// With "visits": N > 0 (Chromium's own choice of HTTP version), each load is instead N visits of its
+// URL by a browser that keeps a profile of its own across restarts: the first visit meets the origin
+// for the first time (HTTP/2, and the Alt-Svc header is remembered), each later visit starts a new
+// browser on the same profile (no open connection left, the alternative service known), as a user
+// coming back does. The HTTP cache is off so that every visit fetches every object. One JSON line per
+// visit, with "visit": 0..N-1.
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import puppeteer from 'puppeteer-core';
 import speedline from 'speedline-core';
 
@@ -21,19 +30,32 @@ const CATEGORIES = [
   'loading',
 ];
 
-const browser = await puppeteer.launch({
-  executablePath: spec.chrome,
-  headless: true,
-  args: spec.flags,
-  // Lighthouse's runs here (screen emulation off) see headless Chromium's default 800x600 window.
-  defaultViewport: spec.viewport ?? {width: 800, height: 600},
-  protocolTimeout: spec.timeout_ms ?? 120000,
-});
+async function launch(userDataDir) {
+  const browser = await puppeteer.launch({
+    executablePath: spec.chrome,
+    headless: true,
+    args: spec.flags,
+    // Lighthouse's runs here (screen emulation off) see headless Chromium's default 800x600 window.
+    defaultViewport: spec.viewport ?? {width: 800, height: 600},
+    protocolTimeout: spec.timeout_ms ?? 120000,
+    ...(userDataDir ? {userDataDir} : {}),
+  });
+  // Warm-up: the first page of a new browser pays for starting its renderer and network service.
+  const context = userDataDir ? browser.defaultBrowserContext() : await browser.createBrowserContext();
+  const page = await context.newPage();
+  await page.goto('about:blank');
+  await page.close();
+  if (!userDataDir) await context.close();
+  return browser;
+}
 
-async function measure(url) {
-  const context = await browser.createBrowserContext();
+// One load of `url` in `context`: a fresh browser context (own sockets, cache and QUIC state), or
+// with `keepProfile` the browser's default context (its profile's remembered Alt-Svc), cache off.
+async function measure(browser, url, keepProfile) {
+  const context = keepProfile ? browser.defaultBrowserContext() : await browser.createBrowserContext();
   try {
     const page = await context.newPage();
+    if (keepProfile) await page.setCacheEnabled(false);
     const cdp = await page.createCDPSession();
     const protocols = {};
     const paths = [];
@@ -65,25 +87,46 @@ async function measure(url) {
     const si = await speedline(events, {timeOrigin, fastMode: true, include: 'speedIndex'});
     return {url, speed_index_ms: si.speedIndex, ...timing, protocols, paths, transfer_bytes: transfer};
   } finally {
-    await context.close();
+    if (!keepProfile) await context.close();
   }
 }
 
-// Warm-up: the first page of a new browser pays for starting its renderer and network service.
-{
-  const context = await browser.createBrowserContext();
-  const page = await context.newPage();
-  await page.goto('about:blank');
-  await context.close();
+function failed(url, e) {
+  return {url, error: String(e && e.message ? e.message : e)};
 }
 
-for (const load of spec.loads) {
-  let row;
-  try {
-    row = await measure(load.url);
-  } catch (e) {
-    row = {url: load.url, error: String(e && e.message ? e.message : e)};
+if (spec.visits > 0) {
+  for (const load of spec.loads) {
+    const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'gearbox-profile-'));
+    try {
+      for (let visit = 0; visit < spec.visits; visit++) {
+        let row;
+        let browser;
+        try {
+          browser = await launch(profile);
+          row = await measure(browser, load.url, true);
+        } catch (e) {
+          row = failed(load.url, e);
+        } finally {
+          // A clean shutdown writes the profile's network state (the Alt-Svc entries) to disk.
+          if (browser) await browser.close();
+        }
+        process.stdout.write(JSON.stringify({...row, visit}) + '\n');
+      }
+    } finally {
+      fs.rmSync(profile, {recursive: true, force: true});
+    }
   }
-  process.stdout.write(JSON.stringify(row) + '\n');
+} else {
+  const browser = await launch(null);
+  for (const load of spec.loads) {
+    let row;
+    try {
+      row = await measure(browser, load.url, false);
+    } catch (e) {
+      row = failed(load.url, e);
+    }
+    process.stdout.write(JSON.stringify(row) + '\n');
+  }
+  await browser.close();
 }
-await browser.close();

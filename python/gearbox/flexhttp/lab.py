@@ -3,7 +3,9 @@
     gearbox lab flexhttp dataset --out DIR [--conditions N | --configs paper] [--pages P] [--pages-seed S]
                                  [--reps R] [--jobs J] [--seed S]                   # needs root
     gearbox lab flexhttp train --dataset DIR [--out DIR] [--folds 10]
-    gearbox lab flexhttp evaluate --model DIR --dataset DIR                          # §4's comparison
+    gearbox lab flexhttp evaluate --model DIR --dataset DIR [--si SI.jsonl ...]      # §4's comparison
+    gearbox lab flexhttp chromium --dataset DIR --out DIR [--http h2 --http h3 --http chromium] [--reps 3]
+                                                              # Speed Index of its pages in Chromium (root)
     gearbox lab flexhttp probe --out DIR [--configs paper]    # the agent's estimates on emulated paths (root)
     gearbox lab flexhttp loop --dataset DIR [--eval-dataset DIR] --out DIR   # a dataset through a real agent
     gearbox lab flexhttp demo --out DIR [--pages 2] [--reps 2]   # the whole loop on two emulated paths (root)
@@ -246,8 +248,24 @@ def client_main(spec_path: Path) -> int:
 # --- reading a dataset ----------------------------------------------------------------------------
 
 
-def read_dataset(path: Path) -> tuple[list[dict], dict[str, dict]]:
-    """(loads without error, page features by page name) of a dataset folder."""
+def read_dataset(path: Path, si_paths: list[Path] | None = None) -> tuple[list[dict], dict[str, dict]]:
+    """(loads without error, page features by page name) of a dataset folder. With `si_paths`, the
+    loads are instead Chromium's h2 and h3 loads of those Speed Index files, their SI standing where
+    our loader's page load time stands (`page_load_ms`), so that training learns SI's winner."""
+    if si_paths:
+        _, pages = read_dataset(path)
+        si_rows, _ = read_si(si_paths)
+        rows = []
+        for r in si_rows:
+            if r["http_version"] not in VERSIONS:
+                continue
+            c = r["condition"]
+            cond = {"rtt_ms": c["rtt_ms"], "loss_rate": c["loss_rate"], "rate_mbps": c["rate_mbps"]}
+            cond["id"] = condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))
+            if r["page"] not in pages:
+                raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {path / 'sites'}")
+            rows.append(r | {"condition": cond, "page_load_ms": float(r["speed_index_ms"])})
+        return rows, pages
     loads_path = path / "loads.jsonl"
     if not loads_path.is_file():
         raise FlexLabError(f"{loads_path}: no such file (make it with `gearbox lab flexhttp dataset`)")
@@ -337,11 +355,15 @@ def grouped_cv(model_fn, x: np.ndarray, y: np.ndarray, cond: np.ndarray, folds: 
     return accs
 
 
-def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) -> dict:
+def train(
+    dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int], si_paths: list[Path] | None = None
+) -> dict:
+    """Classifiers by grouped CV, k-means labels, the exported forest; by our loader's page load time,
+    or with `si_paths` by Chromium's Speed Index of the same pages and conditions."""
     from gearbox.flexhttp.forest import TrainError, export, fit_forest
     from gearbox.flexhttp.labels import choose_k, label
 
-    rows, pages = read_dataset(dataset_dir)
+    rows, pages = read_dataset(dataset_dir, si_paths)
     g = groups(rows, pages)
     if not g:
         raise FlexLabError(f"{dataset_dir}: no (condition, page) measured over both versions")
@@ -354,6 +376,7 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
         raise FlexLabError(f"{dataset_dir}: {n_cond} condition(s); grouped cross-validation needs at least 2")
     report: dict = {
         "dataset": str(dataset_dir),
+        "metric": "speed index (chromium)" if si_paths else "page load time (our loader)",
         "loads": len(rows),
         "groups": len(g),
         "conditions": n_cond,
@@ -397,11 +420,16 @@ def train(dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int]) ->
                 votes[j].append(int(ent[i]))
         for j in range(len(g)):
             gl[j] = round(statistics.mean(votes[j])) if votes[j] else 0
-        accs = grouped_cv(classifiers(seed)[f"random forest (depth {4})"], x, y, cond, folds, fit_y=gl)
+        forest = classifiers(seed)[f"random forest (depth {4})"]
+        accs = grouped_cv(forest, x, y, cond, folds, fit_y=gl)
+        # FlexHTTP's own measure (§3.3.2, §4: "10-fold cross-validation" of a forest whose ground truth
+        # is the k-means labels): learnt from and scored against the same labels, here grouped by condition.
+        self_accs = grouped_cv(forest, x, gl, cond, folds)
         kmeans[str(k)] = {
             "auto": k == auto_k,
             "label_agreement": agree,
             "forest_on_kmeans_labels_accuracy": float(np.mean(accs)),
+            "forest_against_kmeans_labels_accuracy": float(np.mean(self_accs)),
         }
     report["kmeans"] = kmeans
     # The exported model: as the agent trains it.
@@ -499,6 +527,162 @@ def evaluate(model_dir: Path, dataset_dir: Path) -> dict:
         },
     }
     return report
+
+
+# --- Speed Index in Chromium ----------------------------------------------------------------------
+
+
+def dataset_pages(dataset_dir: Path) -> list[str]:
+    """The pages a dataset loaded, in order."""
+    rows, _ = read_dataset(dataset_dir)
+    return sorted({r["page"] for r in rows})
+
+
+def chromium(
+    dataset_dir: Path,
+    out: Path,
+    versions: list[str],
+    reps: int,
+    seed: int,
+    visits: int = 2,
+    gearbox: Path | None = None,
+    max_conditions: int | None = None,
+    max_pages: int | None = None,
+) -> Path:
+    """Speed Index of a dataset's pages in its conditions, measured in Chromium (`gearbox pages
+    measure`'s path and speedline meter), one condition at a time: Chromium's rendering needs the
+    CPU, so conditions are not run side by side. Appends to OUT/si.jsonl; a condition already there
+    (OUT/COND.done) is skipped, so a stopped run continues. `max_conditions` takes that many of the
+    dataset's conditions, evenly spread over its list; `max_pages` its first pages."""
+    from gearbox.pages.chromium import measure_over_emu
+
+    gearbox = gearbox or _gearbox_bin()
+    conds_path = dataset_dir / "conditions.json"
+    if not conds_path.is_file():
+        raise FlexLabError(f"{conds_path}: no such file (make the dataset with `gearbox lab flexhttp dataset`)")
+    conditions = [Condition(**c) for c in json.loads(conds_path.read_text())]
+    if max_conditions is not None and max_conditions < len(conditions):
+        n = len(conditions)
+        conditions = [conditions[i * n // max_conditions] for i in range(max_conditions)]
+    pages = dataset_pages(dataset_dir)[:max_pages]
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for i, c in enumerate(conditions, 1):
+        cid = condition_id(c)
+        if (out / f"{cid}.done").exists():
+            continue
+        code = measure_over_emu(
+            gearbox,
+            dataset_dir / "sites",
+            pages,
+            c,
+            versions,
+            reps,
+            out / "si.jsonl",
+            out / cid,
+            seed,
+            meter="speedline",
+            visits=visits,
+        )
+        if code != 0:
+            raise FlexLabError(f"{cid}: Chromium's loads failed (gearbox emu exit {code}; rows in {out / 'si.jsonl'})")
+        (out / f"{cid}.done").write_text("")
+        print(f"  {cid} done ({i}/{len(conditions)}, {time.monotonic() - started:.0f} s)", flush=True)
+    return out / "si.jsonl"
+
+
+def read_si(paths: list[Path]) -> tuple[list[dict], int]:
+    """(measured loads, failed loads) of `gearbox pages measure` / `chromium` output files."""
+    rows, failed = [], 0
+    for path in paths:
+        if not path.is_file():
+            raise FlexLabError(f"{path}: no such file (Speed Index rows from `gearbox lab flexhttp chromium`)")
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FlexLabError(f"{path}:{i}: not JSON: {e}") from e
+            for key in ("condition", "page", "http_version"):
+                if key not in r:
+                    raise FlexLabError(f"{path}:{i}: {key}: missing")
+            if "error" in r:
+                failed += 1
+                continue
+            if "speed_index_ms" not in r:
+                raise FlexLabError(f"{path}:{i}: speed_index_ms: missing")
+            rows.append(r)
+    return rows, failed
+
+
+#: What each policy of the SI table loads: a forced version, the model's choice, the better one, or
+#: Chromium's own (its first visit to the origin, and a later one after Alt-Svc).
+SI_POLICIES = ("h2-only", "h3-only", "flexhttp", "oracle", "chromium-first", "chromium-later")
+
+
+def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path]) -> dict:
+    """FlexHTTP §4's comparison by Speed Index in Chromium: per (condition, page) the median SI of each
+    version; the model decides from the page's and the path's features as in `evaluate`. Also how
+    often our loader's ordering (the dataset's median PLT) agrees with Chromium's SI ordering."""
+    si_rows, failed = read_si(si_paths)
+    _, pages = read_dataset(dataset_dir)
+    by: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    cond_of: dict[str, dict] = {}
+    for r in si_rows:
+        c = r["condition"]
+        cid = condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))
+        cond_of[cid] = c
+        v = r["http_version"]
+        if v == "chromium":
+            v = "chromium-first" if r.get("visit", 0) == 0 else "chromium-later"
+        if r["page"] not in pages:
+            raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {dataset_dir / 'sites'}")
+        by[(cid, r["page"])][v].append(float(r["speed_index_ms"]))
+    loader = {(g["condition"], g["page"]): g for g in groups(*read_dataset(dataset_dir))}
+    pairs = [(k, v) for k, v in sorted(by.items()) if v.get("h2") and v.get("h3")]
+    if not pairs:
+        raise FlexLabError("no (condition, page) with Speed Index over both h2 and h3")
+    x = np.array([features_of(cond_of[cid], pages[page]) for (cid, page), _ in pairs])
+    choice = forest_predict(model_dir, x) >= 0.5
+    per_cond: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    agree: list[float] = []
+    chromium_pairs = 0
+    for ((cid, page), v), c in zip(pairs, choice, strict=True):
+        h2, h3 = statistics.median(v["h2"]), statistics.median(v["h3"])
+        d = per_cond[cid]
+        d["h2-only"].append(h2)
+        d["h3-only"].append(h3)
+        d["flexhttp"].append(h3 if c else h2)
+        d["oracle"].append(min(h2, h3))
+        d["right"].append(float(bool(c) == (h3 < h2)))
+        if v.get("chromium-first") and v.get("chromium-later"):
+            chromium_pairs += 1
+            d["chromium-first"].append(statistics.median(v["chromium-first"]))
+            d["chromium-later"].append(statistics.median(v["chromium-later"]))
+        if (cid, page) in loader:
+            agree.append(float(bool(loader[(cid, page)]["label"]) == (h3 < h2)))
+    # Chromium's own choice is compared only where it was measured for every pair.
+    policies = [p for p in SI_POLICIES if chromium_pairs == len(pairs) or not p.startswith("chromium")]
+    allv = {k: [v for d in per_cond.values() for v in d[k]] for k in policies}
+    return {
+        "dataset": str(dataset_dir),
+        "model": str(model_dir),
+        "si": [str(p) for p in si_paths],
+        "loads": len(si_rows),
+        "failed_loads": failed,
+        "groups": len(pairs),
+        "chromium_groups": chromium_pairs,
+        "h3_faster_share": float(np.mean([statistics.median(v["h3"]) < statistics.median(v["h2"]) for _, v in pairs])),
+        "accuracy": float(np.mean([v for d in per_cond.values() for v in d["right"]])),
+        "loader_agreement": float(np.mean(agree)) if agree else None,
+        "loader_pairs": len(agree),
+        "overall": {k: {"mean_ms": statistics.fmean(v), "median_ms": statistics.median(v)} for k, v in allv.items()},
+        "per_condition": {
+            cid: {k: statistics.median(d[k]) for k in policies} | {"accuracy": statistics.fmean(d["right"])}
+            for cid, d in per_cond.items()
+        },
+    }
 
 
 # --- the agent against the emulator and the loop ------------------------------------------------
@@ -641,24 +825,29 @@ def loop(dataset_dir: Path, eval_dir: Path | None, out: Path, k: int | None) -> 
 def _print_train(r: dict) -> None:
     print(
         f"{r['loads']} loads, {r['groups']} (condition, page) pairs over {r['conditions']} conditions and "
-        f"{r['pages']} pages; H3 faster in {r['h3_wins'] * 100:.1f}% of pairs"
+        f"{r['pages']} pages; H3 faster in {r['h3_wins'] * 100:.1f}% of pairs (by {r['metric']})"
     )
     print(f"{r['folds']}-fold cross-validation grouped by condition, accuracy against the per-pair winner:")
     for name, c in r["classifiers"].items():
         print(f"  {name:32s} {c['accuracy'] * 100:5.1f}%  (std {c['std'] * 100:.1f})")
-    print("k-means labels (the agent's): agreement with the per-pair winner, and the forest trained on them:")
+    print(
+        "k-means labels (the agent's): agreement with the per-pair winner, the forest trained on them scored "
+        "against the per-pair winner, and against the k-means labels themselves (FlexHTTP's measure):"
+    )
     for k, c in r["kmeans"].items():
         auto = " (auto)" if c["auto"] else ""
         print(
             f"  k={k:>3s}{auto:7s} labels agree {c['label_agreement'] * 100:5.1f}%, "
-            f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%"
+            f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%, "
+            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}%"
         )
     m = r["model"]
     if "error" in m:
         print(f"model: none ({m['error']})")
     else:
         print(f"model: {m['dir']} ({m['model_version']}, {m['rows']} rows, k={m['k']})")
-    print("Fig. 1: median R = PLT_h2 / PLT_h3 (n) by RTT ms (rows) x loss % (columns)")
+    m = "SI" if r["metric"].startswith("speed") else "PLT"
+    print(f"Fig. 1: median R = {m}_h2 / {m}_h3 (n) by RTT ms (rows) x loss % (columns)")
     for rtt in sorted(r["r_si"]["rtt_x_loss"], key=float):
         row = r["r_si"]["rtt_x_loss"][rtt]
         print(
@@ -683,18 +872,29 @@ def _print_probe(results: list[dict]) -> None:
         )
 
 
-def _print_eval(r: dict) -> None:
+def _print_eval(r: dict, metric: str = "PLT") -> None:
     print(f"{r['groups']} (condition, page) pairs; the model picks the faster version in {r['accuracy'] * 100:.1f}%")
-    print(f"{'policy':10s} {'mean PLT ms':>12s} {'median PLT ms':>14s}")
+    print(f"{'policy':14s} {'mean ' + metric + ' ms':>12s} {'median ' + metric + ' ms':>14s}")
     for k, v in r["overall"].items():
-        print(f"{k:10s} {v['mean_ms']:12.0f} {v['median_ms']:14.0f}")
-    print("median PLT ms per condition:")
-    print(f"  {'condition':28s} {'h2-only':>8s} {'h3-only':>8s} {'flexhttp':>8s} {'oracle':>8s} {'right':>6s}")
+        print(f"{k:14s} {v['mean_ms']:12.0f} {v['median_ms']:14.0f}")
+    print(f"median {metric} ms per condition:")
+    names = list(r["overall"])
+    print(f"  {'condition':28s} " + " ".join(f"{k:>14s}" for k in names) + f" {'right':>6s}")
     for cid, d in r["per_condition"].items():
+        print(f"  {cid:28s} " + " ".join(f"{d[k]:14.0f}" for k in names) + f" {d['accuracy'] * 100:5.0f}%")
+
+
+def _print_eval_si(r: dict) -> None:
+    print(
+        f"Speed Index in Chromium: {r['loads']} loads ({r['failed_loads']} failed), H3 faster in "
+        f"{r['h3_faster_share'] * 100:.1f}% of pairs; Chromium's own choice measured on {r['chromium_groups']}"
+    )
+    if r["loader_agreement"] is not None:
         print(
-            f"  {cid:28s} {d['h2-only']:8.0f} {d['h3-only']:8.0f} {d['flexhttp']:8.0f} {d['oracle']:8.0f} "
-            f"{d['accuracy'] * 100:5.0f}%"
+            f"our loader's H2/H3 ordering (median PLT) agrees with Chromium's (median SI) on "
+            f"{r['loader_agreement'] * 100:.1f}% of {r['loader_pairs']} pairs"
         )
+    _print_eval(r, "SI")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -728,10 +928,38 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--folds", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--k", type=int, action="append", default=[], help="also score k-means labels with this k")
+    t.add_argument(
+        "--si",
+        type=Path,
+        action="append",
+        default=[],
+        help="learn Chromium's Speed Index (rows of `chromium`, repeatable) instead of our loader's PLT",
+    )
     e = sub.add_parser("evaluate", help="the model's choices against H2-only, H3-only and the oracle")
     e.add_argument("--model", type=Path, required=True, help="a model folder (train's OUT/model, or the agent's)")
     e.add_argument("--dataset", type=Path, required=True)
     e.add_argument("--out", type=Path, help="write the report as JSON here")
+    e.add_argument(
+        "--si",
+        type=Path,
+        action="append",
+        default=[],
+        help="judge by Speed Index in Chromium: rows of `chromium` or `gearbox pages measure` (repeatable)",
+    )
+    ch = sub.add_parser("chromium", help="Speed Index of a dataset's pages and conditions in Chromium (needs root)")
+    ch.add_argument("--dataset", type=Path, required=True)
+    ch.add_argument("--out", type=Path, required=True, help="folder: si.jsonl and one work folder per condition")
+    ch.add_argument(
+        "--http",
+        action="append",
+        choices=["h2", "h3", "chromium"],
+        help="version(s): h2, h3 (the default: both) and chromium (Chromium's own choice, first and later visit)",
+    )
+    ch.add_argument("--reps", type=int, default=3)
+    ch.add_argument("--visits", type=int, default=2, help="chromium: visits by one browser profile (default 2)")
+    ch.add_argument("--seed", type=int, default=5, help="seed of the emulated loss")
+    ch.add_argument("--conditions", type=int, help="only this many of the dataset's conditions, evenly spread")
+    ch.add_argument("--pages", type=int, help="only the dataset's first pages")
     pr = sub.add_parser("probe", help="the agent's RTT, loss and capacity estimates on emulated paths (needs root)")
     pr.add_argument("--out", type=Path, required=True)
     pr.add_argument("--conditions", type=int, default=5)
@@ -785,8 +1013,29 @@ def main(argv: list[str] | None = None) -> int:
             if "evaluate" in r:
                 _print_eval(r["evaluate"])
         elif a.command == "train":
-            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32])
+            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32], a.si)
             _print_train(r)
+        elif a.command == "chromium":
+            if a.reps < 1:
+                raise FlexLabError("--reps must be >= 1")
+            if (a.conditions is not None and a.conditions < 1) or (a.pages is not None and a.pages < 1):
+                raise FlexLabError("--conditions and --pages must be >= 1")
+            path = chromium(
+                a.dataset,
+                a.out,
+                a.http or ["h2", "h3"],
+                a.reps,
+                a.seed,
+                a.visits,
+                max_conditions=a.conditions,
+                max_pages=a.pages,
+            )
+            print(f"flexhttp chromium: {path}")
+        elif a.si:
+            r = evaluate_si(a.model, a.dataset, a.si)
+            _print_eval_si(r)
+            if a.out:
+                a.out.write_text(json.dumps(r, indent=1) + "\n")
         else:
             r = evaluate(a.model, a.dataset)
             _print_eval(r)

@@ -4,8 +4,8 @@
     gearbox pages features SITE_DIR                    # Table 1's page features of a site, as JSON
     gearbox pages stats DIR                            # the set's statistics against FlexHTTP's Table 1
     gearbox pages measure --sites DIR --page page-0000 [--page ...] --rtt-ms 80 --loss 0.005 --rate-mbps 7 \
-        [--http h2 --http h3] [--reps 3] [--meter lighthouse|speedline] --out loads.jsonl
-                                                       # Speed Index in Chromium through the emulator (root)
+        [--http h2 --http h3 --http chromium] [--reps 3] [--meter lighthouse|speedline] [--visits 2] \
+        [--server edge|nginx|caddy] --out loads.jsonl  # Speed Index in Chromium through the emulator (root)
 
 A site is served as static files (`gearbox edge --static-dir DIR`, then /page-NNNN/index.html);
 `DIR/page-NNNN.page.json` is the same page as a dependency graph for `Client.load_page`.
@@ -21,9 +21,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gearbox.pages.chromium import BrowserError, Condition, measure_over_emu, run_loads
+from gearbox.pages.chromium import VERSIONS, BrowserError, Condition, measure_over_emu, run_loads
 from gearbox.pages.features import PageFeatureError, page_features
 from gearbox.pages.generate import MANIFEST, GenerateError, generate
+from gearbox.pages.peers import PEERS
 
 #: FlexHTTP Table 1 (mean, std, max); MB = 10^6 bytes.
 TABLE1 = {
@@ -67,7 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--rtt-ms", type=float, required=True)
     m.add_argument("--loss", type=float, default=0.0, help="loss rate each way, e.g. 0.01")
     m.add_argument("--rate-mbps", type=float, required=True)
-    m.add_argument("--http", action="append", choices=["h2", "h3"], help="version(s) (default both)")
+    m.add_argument(
+        "--http",
+        action="append",
+        choices=list(VERSIONS),
+        help="version(s): h2 and h3 forced (the default: both), chromium = Chromium's own choice (HTTP/2 on "
+        "a first visit, HTTP/3 after Alt-Svc; speedline meter only)",
+    )
+    m.add_argument("--visits", type=int, default=2, help="chromium: visits per load by one browser profile (default 2)")
+    m.add_argument(
+        "--server",
+        choices=["edge", *PEERS],
+        default="edge",
+        help="who serves the sites: our edge (default) or a peer's HTTP/2 server (h2 only)",
+    )
     m.add_argument("--reps", type=int, default=1)
     m.add_argument("--seed", type=int, default=0, help="seed of the emulated loss")
     m.add_argument(
@@ -112,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 a.seed,
                 meter=a.meter,
                 settle_ms=a.settle_ms,
+                visits=a.visits,
+                server=a.server,
             )
         elif a.command == "browse":
             return run_loads(a.spec)

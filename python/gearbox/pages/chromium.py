@@ -11,8 +11,12 @@ The HTTP version is forced the way the edge's Chromium test does it: HTTP/3 with
 `--origin-to-force-quic-on=HOST:PORT` (no TCP at all, no Alt-Svc round), HTTP/2 with `--disable-quic`;
 the self-signed certificate is trusted by its SubjectPublicKeyInfo digest
 (`--ignore-certificate-errors-spki-list`), which Chromium's QUIC stack honours, unlike
-`--ignore-certificate-errors`. The protocol every request actually used is read back from Lighthouse's
-network records, so a run that silently fell back is reported as such, not measured as the other.
+`--ignore-certificate-errors`. A third "version", `chromium`, is Chromium's own choice (FlexHTTP §4's
+baseline): QUIC enabled but not forced, so the first visit goes over HTTP/2 and learns the edge's
+`Alt-Svc`, and a later visit by the same profile goes over HTTP/3 (speedline meter only; `CHROMIUM`
+below says how the self-signed certificate is accepted for it). The protocol every request actually used
+is read back from the browser's network records, so a run that silently fell back is reported as such, not
+measured as the other.
 
 Two meters, the same flags and the same result record:
 
@@ -53,7 +57,7 @@ class BrowserLoad:
     """One page load measured by Lighthouse in Chromium."""
 
     url: str
-    #: "h2" or "h3": what was asked for.
+    #: "h2", "h3" or "chromium": what was asked for.
     http_version: str
     #: Speed Index, milliseconds (Lighthouse's `speed-index` audit, computed by speedline from the
     #: trace's screenshots).
@@ -70,6 +74,9 @@ class BrowserLoad:
     transfer_bytes: int
     #: URL path of every response, in arrival order.
     paths: tuple[str, ...] = ()
+    #: Which visit of the URL by one browser profile (the `chromium` version: 0 = the first, over
+    #: HTTP/2; 1.. = after Alt-Svc); 0 for h2 and h3, where every load is a first visit.
+    visit: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -117,10 +124,25 @@ def spki_sha256_base64(cert_pem: Path) -> str:
     return base64.b64encode(hashlib.sha256(der).digest()).decode("ascii")
 
 
+#: The versions a load can ask for: HTTP/2 forced, HTTP/3 forced, or Chromium's own choice.
+VERSIONS = ("h2", "h3", "chromium")
+
+#: Chromium's own choice. Chromium accepts a QUIC certificate that does not chain to a publicly
+#: trusted root only for the hosts of `--origin-to-force-quic-on` (net/quic/crypto/
+#: proof_verifier_chromium.cc, `ShouldAllowUnknownRootForHost`; the set holds host names, ports
+#: dropped), and `--ignore-certificate-errors-spki-list` does not change that: without it the Alt-Svc
+#: upgrade of a self-signed edge fails its handshake and is marked broken. So QUIC is forced on a port
+#: of the edge's host that no page uses (9, discard): the host's self-signed certificate is then
+#: accepted, and the origin's own port is left to Chromium: TCP first, HTTP/3 after Alt-Svc.
+CHROMIUM_UNUSED_PORT = 9
+
+
 def chrome_flags(host: str, port: int, address: str, spki: str, http_version: str) -> list[str]:
     """Chromium's flags for one load of https://HOST:PORT/ served at ADDRESS over `http_version`."""
-    if http_version not in ("h2", "h3"):
-        raise BrowserError(f"http_version must be h2 or h3, got {http_version!r}")
+    if http_version not in VERSIONS:
+        raise BrowserError(f"http_version must be one of {', '.join(VERSIONS)}, got {http_version!r}")
+    if http_version == "chromium" and port == CHROMIUM_UNUSED_PORT:
+        raise BrowserError(f"the chromium version needs the edge on a port other than {CHROMIUM_UNUSED_PORT}")
     # The one flag with spaces comes first: Lighthouse's flag parser (yargs) would take a quoted
     # "--x=a b" after a bare boolean flag as that flag's value.
     flags = [
@@ -138,6 +160,8 @@ def chrome_flags(host: str, port: int, address: str, spki: str, http_version: st
     ]
     if http_version == "h3":
         flags += ["--enable-quic", f"--origin-to-force-quic-on={host}:{port}"]
+    elif http_version == "chromium":
+        flags += ["--enable-quic", f"--origin-to-force-quic-on={host}:{CHROMIUM_UNUSED_PORT}"]
     else:
         flags += ["--disable-quic"]
     return flags
@@ -164,6 +188,9 @@ def measure_load(
     """Loads `url` (https://HOST:PORT/...) once in a fresh Chromium under Lighthouse and returns its
     Speed Index, paints, load time and the protocols the requests used."""
     from urllib.parse import urlsplit
+
+    if http_version == "chromium":
+        raise BrowserError("the chromium version (visits by one profile) needs the speedline meter")
 
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname or not parts.port:
@@ -202,9 +229,12 @@ def measure_loads_speedline(
     settle_ms: int = 1000,
     timeout_s: float = 600.0,
     root: Path | None = None,
+    visits: int = 0,
 ) -> list[BrowserLoad | BrowserError]:
     """Loads each of `urls` (all https://HOST:PORT/... of one origin) in one Chromium, a fresh browser
-    context each, and returns per URL its measurement or the error that stopped it."""
+    context each, and returns per URL its measurement or the error that stopped it. With `visits` > 0
+    each URL is visited that many times by a profile of its own, a new browser per visit (the
+    `chromium` version), and the result has one entry per visit, URL by URL."""
     from urllib.parse import urlsplit
 
     if not urls:
@@ -225,6 +255,7 @@ def measure_loads_speedline(
         "settle_ms": settle_ms,
         "timeout_ms": 120_000,
         "loads": [{"url": u} for u in urls],
+        "visits": visits,
     }
     with tempfile.TemporaryDirectory(prefix="gearbox-si-") as tmp:
         spec_path = Path(tmp) / "spec.json"
@@ -236,10 +267,11 @@ def measure_loads_speedline(
         except subprocess.TimeoutExpired as e:
             raise BrowserError(f"speed-index.mjs did not finish {len(urls)} loads within {timeout_s:.0f} s") from e
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    if len(rows) != len(urls):
+    expected = [u for u in urls for _ in range(max(visits, 1))]
+    if len(rows) != len(expected):
         raise BrowserError(f"speed-index.mjs failed (exit {run.returncode}): {run.stderr.strip()[-2000:]}")
     out: list[BrowserLoad | BrowserError] = []
-    for u, r in zip(urls, rows, strict=True):
+    for u, r in zip(expected, rows, strict=True):
         if "error" in r:
             out.append(BrowserError(f"chromium could not measure {u} over {http_version}: {r['error']}"))
             continue
@@ -254,6 +286,7 @@ def measure_loads_speedline(
                 protocols=r["protocols"],
                 transfer_bytes=int(r["transfer_bytes"]),
                 paths=tuple(r.get("paths", ())),
+                visit=int(r.get("visit", 0)),
             )
         )
     return out
@@ -349,11 +382,17 @@ def measure_over_emu(
     seed: int = 0,
     meter: str = "lighthouse",
     settle_ms: int = 1000,
+    visits: int = 2,
+    server: str = "edge",
 ) -> int:
     """Serves `sites` from our edge in the emulator's server namespace and loads each page over each
     version `repetitions` times in Chromium in the client namespace (interleaved: page, repetition,
-    version), appending one JSON line per load to `out_jsonl`. Returns gearbox emu's exit status."""
+    version), appending one JSON line per load to `out_jsonl` (`visits` lines for the `chromium`
+    version: its first visit and the later ones). `server` is our edge or one of the peers' HTTP/2
+    servers (gearbox.pages.peers: nginx, caddy; h2 only). Returns gearbox emu's exit status."""
     import sys
+
+    from gearbox.pages.peers import PEERS, peer_command
 
     condition.validate()
     if meter not in METERS:
@@ -361,8 +400,16 @@ def measure_over_emu(
     if repetitions < 1:
         raise BrowserError(f"repetitions must be >= 1, got {repetitions}")
     for v in versions:
-        if v not in ("h2", "h3"):
-            raise BrowserError(f"http version must be h2 or h3, got {v!r}")
+        if v not in VERSIONS:
+            raise BrowserError(f"http version must be one of {', '.join(VERSIONS)}, got {v!r}")
+    if "chromium" in versions and meter != "speedline":
+        raise BrowserError("the chromium version (visits by one profile) needs the speedline meter")
+    if "chromium" in versions and visits < 2:
+        raise BrowserError(f"the chromium version needs 2 visits or more (the first, then after Alt-Svc), got {visits}")
+    if server != "edge" and server not in PEERS:
+        raise BrowserError(f"server must be edge or one of {', '.join(PEERS)}, got {server!r}")
+    if server != "edge" and set(versions) != {"h2"}:
+        raise BrowserError(f"{server} is measured over h2 only (our edge is the HTTP/3 server), got {versions}")
     for p in pages:
         if not (sites / p / "index.html").is_file():
             raise BrowserError(f"{sites / p / 'index.html'}: no such file")
@@ -381,6 +428,8 @@ def measure_over_emu(
         "condition": asdict(condition),
         "meter": meter,
         "settle_ms": settle_ms,
+        "visits": visits,
+        "server": server,
         "loads": [
             {"url": f"https://{EMU_HOST}:{EMU_PORT}/{p}/index.html", "page": p, "http_version": v, "repetition": r}
             for p in pages
@@ -389,13 +438,18 @@ def measure_over_emu(
         ],
     }
     (workdir / "loads.json").write_text(json.dumps(spec, indent=1))
-    server = (
-        f"exec {gearbox_bin} edge --listen 10.0.0.1:{EMU_PORT} --cert {cert} --key {key} "
-        f"--static-dir {sites.resolve()} --telemetry {workdir / 'edge.jsonl'}"
-    )
+    if server == "edge":
+        server_cmd = (
+            f"exec {gearbox_bin} edge --listen 10.0.0.1:{EMU_PORT} --cert {cert} --key {key} "
+            f"--static-dir {sites.resolve()} --telemetry {workdir / 'edge.jsonl'}"
+        )
+        ready = f"{EMU_PORT}/tcp,{EMU_PORT}/udp"
+    else:
+        server_cmd = peer_command(server, workdir / server, sites.resolve(), cert, key, f"10.0.0.1:{EMU_PORT}")
+        ready = f"{EMU_PORT}/tcp"
     client = f"exec {sys.executable} -m gearbox.pages browse {workdir / 'loads.json'}"
     cmd = [str(gearbox_bin), "emu", "--config", str(workdir / "emu.toml"), "--seed", str(seed)]
-    cmd += ["--ready-ports", f"{EMU_PORT}/tcp,{EMU_PORT}/udp", "--server", server, "--client", client]
+    cmd += ["--ready-ports", ready, "--server", server_cmd, "--client", client]
     env = dict(os.environ, PYTHONPATH=str(repo_root() / "python"))
     return subprocess.run(cmd, env=env).returncode
 
@@ -413,13 +467,13 @@ def run_loads(spec_path: Path) -> int:
     meter = spec.get("meter", "lighthouse")
     failures = 0
 
-    def emit(out, load: dict, result: BrowserLoad | BrowserError) -> None:
+    def emit(out, load: dict, result: BrowserLoad | BrowserError, visit: int = 0) -> None:
         nonlocal failures
         row = {k: load[k] for k in ("page", "http_version", "repetition")}
-        row |= {"condition": spec["condition"], "meter": meter}
+        row |= {"condition": spec["condition"], "meter": meter, "server": spec.get("server", "edge")}
         if isinstance(result, BrowserError):
             failures += 1
-            row["error"] = str(result)
+            row |= {"visit": visit, "error": str(result)}
         else:
             row |= result.as_dict()
         out.write(json.dumps(row) + "\n")
@@ -432,6 +486,8 @@ def run_loads(spec_path: Path) -> int:
             for load in spec["loads"]:
                 batches.setdefault((load["repetition"], load["http_version"]), []).append(load)
             for (_, version), loads in batches.items():
+                visits = spec.get("visits", 2) if version == "chromium" else 0
+                per_load = max(visits, 1)
                 try:
                     results: list[BrowserLoad | BrowserError] = measure_loads_speedline(
                         [x["url"] for x in loads],
@@ -439,11 +495,13 @@ def run_loads(spec_path: Path) -> int:
                         cert_pem=cert,
                         http_version=version,
                         settle_ms=spec.get("settle_ms", 1000),
+                        timeout_s=600.0 * per_load,
+                        visits=visits,
                     )
                 except BrowserError as e:
-                    results = [e] * len(loads)
-                for load, result in zip(loads, results, strict=True):
-                    emit(out, load, result)
+                    results = [e] * (len(loads) * per_load)
+                for i, result in enumerate(results):
+                    emit(out, loads[i // per_load], result, i % per_load)
         else:
             for load in spec["loads"]:
                 try:
