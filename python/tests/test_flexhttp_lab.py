@@ -171,6 +171,7 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
     assert set(report["kmeans"]) >= {"2"}
     for c in report["kmeans"].values():
         assert 0.0 <= c["forest_against_kmeans_labels_accuracy"] <= 1.0
+        assert 0.5 <= c["kmeans_labels_majority"] <= 1.0
     assert (tmp_path / "train" / "train.json").is_file()
     if "error" not in report["model"]:
         ev = evaluate(tmp_path / "train" / "model", out)

@@ -168,18 +168,21 @@ def test_chromium_own_choice_flags_leave_the_origin_to_chromium() -> None:
         measure_load("https://gearbox.test:4433/", address="127.0.0.1", cert_pem=Path("c.pem"), http_version="chromium")
 
 
-def test_peer_servers_serve_h2_only_and_set_cubic_in_their_namespace(tmp_path: Path) -> None:
+def test_peer_servers_serve_h2_only(tmp_path: Path) -> None:
     from gearbox.pages.chromium import measure_over_emu
     from gearbox.pages.peers import peer_command
 
     cmd = peer_command(
         "nginx", tmp_path / "w", tmp_path / "sites", tmp_path / "c.pem", tmp_path / "k.pem", "10.0.0.1:4433"
     )
-    # The kernel default of the server's namespace becomes Cubic before nginx starts (as our edge's TCP).
-    assert cmd.startswith("sysctl -qw net.ipv4.tcp_congestion_control=cubic && exec nginx -c ")
+    assert cmd.startswith("exec nginx -c ")
     conf = (tmp_path / "w" / "nginx.conf").read_text()
     assert "listen 10.0.0.1:4433 ssl http2;" in conf and "ssl_protocols TLSv1.3;" in conf
-    assert "caddy run" in peer_command("caddy", tmp_path / "w", tmp_path, tmp_path / "c", tmp_path / "k", "a:1")
+    assert "caddy run" in peer_command(
+        "caddy", tmp_path / "c", tmp_path, tmp_path / "c", tmp_path / "k", "10.0.0.1:4433"
+    )
+    # Any host name on the port: Chromium asks for gearbox.test, not the address.
+    assert "https://:4433 {\n  bind 10.0.0.1\n" in (tmp_path / "c" / "Caddyfile").read_text()
     with pytest.raises(ValueError, match="peer must be one of nginx, caddy"):
         peer_command("apache", tmp_path, tmp_path, tmp_path, tmp_path, "a:1")
     cond = Condition(rtt_ms=50, loss_rate=0.0, rate_mbps=5)

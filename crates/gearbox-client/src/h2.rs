@@ -123,8 +123,13 @@ impl Client {
             Some(c) if !req.force_new_connection && c.reusable(cfg.idle_timeout, Instant::now()) => Some(c.clone()),
             _ => None,
         };
+        // The slot is held only to find or make the connection, never across an exchange:
+        // HTTP/2's streams share the connection side by side.
         let (conn, new) = match pooled {
-            Some(c) => (c, false),
+            Some(c) => {
+                drop(guard);
+                (c, false)
+            }
             None => {
                 // Requests that share the origin's connection dial under its slot and
                 // take the one connection made; a request that asks for a connection of
@@ -153,6 +158,7 @@ impl Client {
                 }
                 let c = Arc::new(start_h2(io, id, dial.target.addr).await?);
                 guard.h2 = Some(c.clone());
+                drop(guard);
                 (c, true)
             }
         };

@@ -225,3 +225,55 @@ async fn requests_that_want_their_own_connections_dial_them_side_by_side() {
     let _ = stop.send(());
     let _ = server.await;
 }
+
+/// Requests on the origin's one HTTP/2 connection run side by side: its slot in the pool
+/// is held to find or make the connection, not across an exchange. The edge holds every
+/// TCP request for 1 s before answering; four requests sent at once on the warm
+/// connection must then come back together, within less than that second of each other
+/// (when each request held the slot through its exchange, they came back a second apart:
+/// our page loader fetched one object per round trip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_share_the_http2_connection_side_by_side() {
+    const HELD_MS: u64 = 1000;
+    let site = Site::new();
+    let edge = site
+        .edge(gearbox_edge::EdgeConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            tcp_processing_ms: HELD_MS,
+            ..gearbox_edge::EdgeConfig::default()
+        })
+        .await;
+    let port = edge.tcp_addr().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edge.serve(async {
+        let _ = stopped.await;
+    }));
+    let client = site.client();
+    let url = format!("https://127.0.0.1:{port}/bytes/1000");
+    bounded(async {
+        let warm = client
+            .request(Request::get(&url, TransportPref::Tcp))
+            .await
+            .expect("first request");
+        assert_eq!(warm.record.protocol, Protocol::H2);
+        let requests = (0..4).map(|_| async {
+            let r = client.request(Request::get(&url, TransportPref::Tcp)).await;
+            (r, std::time::Instant::now())
+        });
+        let done = futures::future::join_all(requests).await;
+        for (r, _) in &done {
+            let r = r.as_ref().expect("a request on the pooled connection");
+            assert_eq!((r.status, r.record.new_connection), (200, false));
+        }
+        let first = done.iter().map(|(_, at)| *at).min().unwrap();
+        let last = done.iter().map(|(_, at)| *at).max().unwrap();
+        assert!(
+            last - first < std::time::Duration::from_millis(HELD_MS),
+            "four requests on one HTTP/2 connection came back {:?} apart: they waited for each other",
+            last - first
+        );
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = server.await;
+}

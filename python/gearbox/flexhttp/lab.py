@@ -259,33 +259,45 @@ def read_dataset(path: Path, si_paths: list[Path] | None = None) -> tuple[list[d
         for r in si_rows:
             if r["http_version"] not in VERSIONS:
                 continue
-            c = r["condition"]
-            cond = {"rtt_ms": c["rtt_ms"], "loss_rate": c["loss_rate"], "rate_mbps": c["rate_mbps"]}
-            cond["id"] = condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))
             if r["page"] not in pages:
                 raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {path / 'sites'}")
-            rows.append(r | {"condition": cond, "page_load_ms": float(r["speed_index_ms"])})
+            rows.append(r | {"condition": si_condition(r), "page_load_ms": float(r["speed_index_ms"])})
         return rows, pages
-    loads_path = path / "loads.jsonl"
-    if not loads_path.is_file():
-        raise FlexLabError(f"{loads_path}: no such file (make it with `gearbox lab flexhttp dataset`)")
-    rows = []
-    for i, line in enumerate(loads_path.read_text().splitlines(), 1):
+    rows, _ = _load_rows(path / "loads.jsonl", "page_load_ms", "make it with `gearbox lab flexhttp dataset`")
+    manifest = json.loads((path / "sites" / "pages.json").read_text())
+    return rows, {p["name"]: p["features"] for p in manifest["pages"]}
+
+
+def _load_rows(path: Path, value: str, hint: str) -> tuple[list[dict], int]:
+    """(loads with `value`, failed loads) of a JSON-lines file of page loads; a line that is not JSON or
+    lacks a field is an error naming the file, line and field."""
+    if not path.is_file():
+        raise FlexLabError(f"{path}: no such file ({hint})")
+    rows, failed = [], 0
+    for i, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             r = json.loads(line)
         except json.JSONDecodeError as e:
-            raise FlexLabError(f"{loads_path}:{i}: not JSON: {e}") from e
+            raise FlexLabError(f"{path}:{i}: not JSON: {e}") from e
         for key in ("condition", "page", "http_version"):
             if key not in r:
-                raise FlexLabError(f"{loads_path}:{i}: {key}: missing")
-        if "error" not in r:
-            if "page_load_ms" not in r:
-                raise FlexLabError(f"{loads_path}:{i}: page_load_ms: missing")
-            rows.append(r)
-    manifest = json.loads((path / "sites" / "pages.json").read_text())
-    return rows, {p["name"]: p["features"] for p in manifest["pages"]}
+                raise FlexLabError(f"{path}:{i}: {key}: missing")
+        if "error" in r:
+            failed += 1
+            continue
+        if value not in r:
+            raise FlexLabError(f"{path}:{i}: {value}: missing")
+        rows.append(r)
+    return rows, failed
+
+
+def si_condition(row: dict) -> dict:
+    """A Speed Index row's condition as a dataset's loads carry it, with its id."""
+    c = row["condition"]
+    cond = {"rtt_ms": c["rtt_ms"], "loss_rate": c["loss_rate"], "rate_mbps": c["rate_mbps"]}
+    return cond | {"id": condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))}
 
 
 def features_of(cond: dict, page: dict) -> list[float]:
@@ -430,6 +442,8 @@ def train(
             "label_agreement": agree,
             "forest_on_kmeans_labels_accuracy": float(np.mean(accs)),
             "forest_against_kmeans_labels_accuracy": float(np.mean(self_accs)),
+            # What always answering the labels' majority version would score by that measure.
+            "kmeans_labels_majority": float(max(gl.mean(), 1 - gl.mean())),
         }
     report["kmeans"] = kmeans
     # The exported model: as the agent trains it.
@@ -595,24 +609,9 @@ def read_si(paths: list[Path]) -> tuple[list[dict], int]:
     """(measured loads, failed loads) of `gearbox pages measure` / `chromium` output files."""
     rows, failed = [], 0
     for path in paths:
-        if not path.is_file():
-            raise FlexLabError(f"{path}: no such file (Speed Index rows from `gearbox lab flexhttp chromium`)")
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FlexLabError(f"{path}:{i}: not JSON: {e}") from e
-            for key in ("condition", "page", "http_version"):
-                if key not in r:
-                    raise FlexLabError(f"{path}:{i}: {key}: missing")
-            if "error" in r:
-                failed += 1
-                continue
-            if "speed_index_ms" not in r:
-                raise FlexLabError(f"{path}:{i}: speed_index_ms: missing")
-            rows.append(r)
+        ok, bad = _load_rows(path, "speed_index_ms", "Speed Index rows from `gearbox lab flexhttp chromium`")
+        rows += ok
+        failed += bad
     return rows, failed
 
 
@@ -630,9 +629,9 @@ def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path]) -> dic
     by: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     cond_of: dict[str, dict] = {}
     for r in si_rows:
-        c = r["condition"]
-        cid = condition_id(Condition(c["rtt_ms"], c["loss_rate"], c["rate_mbps"]))
-        cond_of[cid] = c
+        cond = si_condition(r)
+        cid = cond["id"]
+        cond_of[cid] = cond
         v = r["http_version"]
         if v == "chromium":
             v = "chromium-first" if r.get("visit", 0) == 0 else "chromium-later"
@@ -839,7 +838,8 @@ def _print_train(r: dict) -> None:
         print(
             f"  k={k:>3s}{auto:7s} labels agree {c['label_agreement'] * 100:5.1f}%, "
             f"forest {c['forest_on_kmeans_labels_accuracy'] * 100:5.1f}%, "
-            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}%"
+            f"against its labels {c['forest_against_kmeans_labels_accuracy'] * 100:5.1f}% "
+            f"(majority {c['kmeans_labels_majority'] * 100:.1f}%)"
         )
     m = r["model"]
     if "error" in m:
@@ -897,6 +897,10 @@ def _print_eval_si(r: dict) -> None:
     _print_eval(r, "SI")
 
 
+def _si_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--si", type=Path, action="append", default=[], help=help_text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["client"]:
@@ -928,24 +932,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--folds", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--k", type=int, action="append", default=[], help="also score k-means labels with this k")
-    t.add_argument(
-        "--si",
-        type=Path,
-        action="append",
-        default=[],
-        help="learn Chromium's Speed Index (rows of `chromium`, repeatable) instead of our loader's PLT",
-    )
+    _si_argument(t, "learn Chromium's Speed Index (rows of `chromium`, repeatable) instead of our loader's PLT")
     e = sub.add_parser("evaluate", help="the model's choices against H2-only, H3-only and the oracle")
     e.add_argument("--model", type=Path, required=True, help="a model folder (train's OUT/model, or the agent's)")
     e.add_argument("--dataset", type=Path, required=True)
     e.add_argument("--out", type=Path, help="write the report as JSON here")
-    e.add_argument(
-        "--si",
-        type=Path,
-        action="append",
-        default=[],
-        help="judge by Speed Index in Chromium: rows of `chromium` or `gearbox pages measure` (repeatable)",
-    )
+    _si_argument(e, "judge by Speed Index in Chromium: rows of `chromium` or `gearbox pages measure` (repeatable)")
     ch = sub.add_parser("chromium", help="Speed Index of a dataset's pages and conditions in Chromium (needs root)")
     ch.add_argument("--dataset", type=Path, required=True)
     ch.add_argument("--out", type=Path, required=True, help="folder: si.jsonl and one work folder per condition")

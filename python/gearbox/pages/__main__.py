@@ -82,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="edge",
         help="who serves the sites: our edge (default) or a peer's HTTP/2 server (h2 only)",
     )
+    m.add_argument(
+        "--edge-arg",
+        action="append",
+        default=[],
+        help="an argument for our edge, e.g. --edge-arg=--tcp-cc=system (repeatable)",
+    )
     m.add_argument("--reps", type=int, default=1)
     m.add_argument("--seed", type=int, default=0, help="seed of the emulated loss")
     m.add_argument(
@@ -128,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settle_ms=a.settle_ms,
                 visits=a.visits,
                 server=a.server,
+                edge_args=a.edge_arg,
             )
         elif a.command == "browse":
             return run_loads(a.spec)

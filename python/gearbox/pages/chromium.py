@@ -384,12 +384,15 @@ def measure_over_emu(
     settle_ms: int = 1000,
     visits: int = 2,
     server: str = "edge",
+    edge_args: list[str] | None = None,
 ) -> int:
     """Serves `sites` from our edge in the emulator's server namespace and loads each page over each
     version `repetitions` times in Chromium in the client namespace (interleaved: page, repetition,
     version), appending one JSON line per load to `out_jsonl` (`visits` lines for the `chromium`
     version: its first visit and the later ones). `server` is our edge or one of the peers' HTTP/2
-    servers (gearbox.pages.peers: nginx, caddy; h2 only). Returns gearbox emu's exit status."""
+    servers (gearbox.pages.peers: nginx, caddy; h2 only); `edge_args` go to our edge's command line
+    (e.g. `--tcp-cc=system`, to run the peers' controller). Returns gearbox emu's exit status."""
+    import shlex
     import sys
 
     from gearbox.pages.peers import PEERS, peer_command
@@ -430,6 +433,7 @@ def measure_over_emu(
         "settle_ms": settle_ms,
         "visits": visits,
         "server": server,
+        "edge_args": edge_args or [],
         "loads": [
             {"url": f"https://{EMU_HOST}:{EMU_PORT}/{p}/index.html", "page": p, "http_version": v, "repetition": r}
             for p in pages
@@ -443,6 +447,7 @@ def measure_over_emu(
             f"exec {gearbox_bin} edge --listen 10.0.0.1:{EMU_PORT} --cert {cert} --key {key} "
             f"--static-dir {sites.resolve()} --telemetry {workdir / 'edge.jsonl'}"
         )
+        server_cmd += "".join(f" {shlex.quote(a)}" for a in edge_args or [])
         ready = f"{EMU_PORT}/tcp,{EMU_PORT}/udp"
     else:
         server_cmd = peer_command(server, workdir / server, sites.resolve(), cert, key, f"10.0.0.1:{EMU_PORT}")
@@ -471,6 +476,8 @@ def run_loads(spec_path: Path) -> int:
         nonlocal failures
         row = {k: load[k] for k in ("page", "http_version", "repetition")}
         row |= {"condition": spec["condition"], "meter": meter, "server": spec.get("server", "edge")}
+        if spec.get("edge_args"):
+            row["edge_args"] = spec["edge_args"]
         if isinstance(result, BrowserError):
             failures += 1
             row |= {"visit": visit, "error": str(result)}

@@ -4,10 +4,12 @@ defaults, on TLS 1.3, in the emulator's server namespace. A comparison of HTTP/2
 only when our HTTP/2 is as fast as what its users would deploy; these are what they would deploy.
 
 Each function returns the shell command that runs the server in the foreground (`exec`, so that the
-emulator's stop reaches it), writing its configuration under `work`. Both servers leave the
-congestion controller to the kernel, so the command first sets the namespace's default to Cubic, the
-controller our edge runs on TCP and quinn runs on QUIC (docs/edge.md, `tcp_cc`): a server on the
-host's BBR would make the comparison one of controllers.
+emulator's stop reaches it), writing its configuration under `work`. Neither server can choose its
+congestion controller: they run the namespace's default, which a new network namespace takes from the
+host, and which only the host can set to a controller outside `net.ipv4.tcp_allowed_congestion_control`
+(a namespace's `sysctl -w net.ipv4.tcp_congestion_control=cubic` is refused with EPERM on a host that
+allows only reno and BBR). So compare them with our edge on the same controller (`gearbox pages measure
+--edge-arg=--tcp-cc=system`), not with its default Cubic: otherwise the comparison is one of controllers.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from pathlib import Path
 
 #: The servers, each with the protocols it is run with.
 PEERS = ("nginx", "caddy")
-
-_CUBIC = "sysctl -qw net.ipv4.tcp_congestion_control=cubic && "
 
 
 def nginx_conf(work: Path, sites: Path, cert: Path, key: Path, listen: str) -> Path:
@@ -49,7 +49,9 @@ http {{
 
 
 def caddyfile(work: Path, sites: Path, cert: Path, key: Path, listen: str) -> Path:
-    """caddy serving `sites` over HTTP/2 (and HTTP/1.1) on `listen` (ADDR:PORT)."""
+    """caddy serving `sites` over HTTP/2 (and HTTP/1.1) on `listen` (ADDR:PORT), to any host name: a
+    site address with a host would answer other names (Chromium's `gearbox.test`) with an empty 200."""
+    address, _, port = listen.rpartition(":")
     conf = work / "Caddyfile"
     conf.write_text(
         f"""{{
@@ -61,7 +63,8 @@ def caddyfile(work: Path, sites: Path, cert: Path, key: Path, listen: str) -> Pa
     protocols h1 h2
   }}
 }}
-https://{listen} {{
+https://:{port} {{
+  bind {address}
   tls {cert} {key}
   root * {sites}
   file_server
@@ -75,9 +78,9 @@ def peer_command(name: str, work: Path, sites: Path, cert: Path, key: Path, list
     """The server namespace's command for peer `name` (one of PEERS)."""
     work.mkdir(parents=True, exist_ok=True)
     if name == "nginx":
-        return _CUBIC + f"exec nginx -c {nginx_conf(work, sites, cert, key, listen)}"
+        return f"exec nginx -c {nginx_conf(work, sites, cert, key, listen)}"
     if name == "caddy":
-        return _CUBIC + (
+        return (
             f"HOME={work} XDG_DATA_HOME={work} XDG_CONFIG_HOME={work} exec caddy run --adapter caddyfile "
             f"--config {caddyfile(work, sites, cert, key, listen)}"
         )
