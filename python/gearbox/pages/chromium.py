@@ -13,7 +13,7 @@ the self-signed certificate is trusted by its SubjectPublicKeyInfo digest
 (`--ignore-certificate-errors-spki-list`), which Chromium's QUIC stack honours, unlike
 `--ignore-certificate-errors`. A third "version", `chromium`, is Chromium's own choice (FlexHTTP §4's
 baseline): QUIC enabled but not forced, so the first visit goes over HTTP/2 and learns the edge's
-`Alt-Svc`, and a later visit by the same profile goes over HTTP/3 (speedline meter only; `CHROMIUM`
+`Alt-Svc`, and a later visit by the same profile goes over HTTP/3 (speedline meter only; `CHROMIUM_UNUSED_PORT`
 below says how the self-signed certificate is accepted for it). The protocol every request actually used
 is read back from the browser's network records, so a run that silently fell back is reported as such, not
 measured as the other.
