@@ -1,5 +1,6 @@
 """The live oracle's schedule (python/gearbox/lab/oracle.py) and the runner's hook, with
-invented static runs; the noise floor and the oracle's columns in the evaluation table."""
+invented static runs; the noise floor and the oracle's columns in the evaluation table; the shipped
+evaluation scenarios that run it."""
 
 from __future__ import annotations
 
@@ -162,3 +163,68 @@ def test_link_seed_offset_gives_a_policy_another_link_seed_and_the_same_requests
     )
     with pytest.raises(sc.ScenarioError, match="link_seed_offset"):
         sc.load(tmp_path / "bad.toml")
+
+
+REPO = Path(__file__).resolve().parents[2]
+# The evaluation scenarios with a live oracle (docs/wisetrans.md): issue 19's classes and the
+# seed's two regions.
+ORACLE_SCENARIOS = ("wisetrans-eval", "wisetrans-eval-udp", "wisetrans-eval-block", "wisetrans-eval-mobile")
+# How much later than the links' clock a run's `started_unix_ms` is: the emulator's start-up
+# before its relay starts the clock (0.23-0.42 s in the `udp` region's runs at a6710a1).
+# The oracle reads phases on the run's clock, so it moves a phase boundary this much earlier.
+STARTUP_S = 0.42
+
+
+@pytest.mark.parametrize("name", ORACLE_SCENARIOS)
+def test_the_evaluation_scenarios_give_the_oracle_each_clicks_phase(name: str, tmp_path: Path) -> None:
+    """The shipped scenario as the runner runs it: every oracle run comes after the `tcp` and
+    `quic` runs of its condition and repetition, and its schedule, made from static runs of
+    the scenario's own requests (QUIC cheaper in phases 0 and 2, TCP in phase 1), sends each
+    click on its phase's protocol although the run's clock is `STARTUP_S` ahead of the links'.
+    A click is a burst issued at once, so only click starts matter."""
+    import gearbox
+    from gearbox.lab import planning, runner
+    from gearbox.lab import scenario as sc
+
+    s = sc.load(REPO / "scenarios" / f"{name}.toml")
+    phases = sc.phases(s)
+    assert [p["start_s"] for p in phases] == [0.0, 7.0, 14.0]
+
+    def requests(seed: int) -> list[tuple[dict, float]]:
+        """The run's requests, each with its send time after the first request (ms)."""
+        reqs = gearbox.workload_requests(s.workload.name, seed, duration_ms=s.duration_s * 1000.0)
+        return [(r, r["send_at_ms"] * s.workload.time_scale) for r in reqs]
+
+    def link_s(after_first_ms: float) -> float:
+        """Link time of a send: the client starts at CLIENT_AT_LINK_S (+ its start-up)."""
+        return runner.CLIENT_AT_LINK_S + runner.CLIENT_STARTUP_S + after_first_ms / 1000.0
+
+    _, runs = planning.plan(s, tmp_path)
+    cost = {"h2": (200.0, 200.0, 200.0), "h3": (100.0, 900.0, 100.0)}
+    done: list[runner.RunResult] = []
+    oracles = 0
+    for run in runs:
+        if run.policy.name in ("tcp", "quic"):
+            proto = "h2" if run.policy.name == "tcp" else "h3"
+            recs = []
+            for r, at_ms in requests(run.workload_seed):
+                phase = oracle.phase_of(link_s(at_ms), phases)
+                recs.append(rec(proto, r["click"], r["path"], link_s(at_ms) + STARTUP_S, cost[proto][phase]))
+            run.dir.mkdir(parents=True)
+            (run.dir / "client.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+            done.append(runner.RunResult.of(run, "ok", 0, T0 / 1000.0, "", len(recs)))
+        elif oracle.wants_oracle(run.policy.load_args):
+            oracles += 1
+            assert {"tcp", "quic"} <= {
+                d.policy for d in done if d.condition_id == run.condition.id and d.repetition == run.repetition
+            }, f"{run.run_id} runs before its static runs"
+            flags = runner.with_oracle(s, run, done).policy.load_args
+            steps = tomllib.loads(Path(flags[flags.index("--gear-config") + 1]).read_text())["oracle_schedule"]
+            clicks: dict[int, float] = {}
+            for r, at_ms in requests(run.workload_seed):
+                clicks.setdefault(r["click"], at_ms)
+            for at_ms in clicks.values():  # the gear counts from its first request
+                want = "tcp" if oracle.phase_of(link_s(at_ms), phases) == 1 else "quic"
+                got = [st["choice"] for st in steps if st["from_ms"] <= at_ms][-1]
+                assert got == want, f"{run.run_id}: the click at link time {link_s(at_ms):.2f} s goes on {got}"
+    assert oracles == len(sc.conditions(s)) * s.repetitions
