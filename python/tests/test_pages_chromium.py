@@ -140,9 +140,11 @@ def test_chromium_loads_and_paints_every_object_of_a_generated_page(
 
 def test_chromium_own_choice_is_http2_first_then_http3_after_alt_svc(generated_edge: tuple[Edge, Path]) -> None:
     # FlexHTTP §4's "Chromium" baseline: QUIC enabled, not forced. The first visit by a new profile
-    # knows nothing of the origin and goes over HTTP/2; the edge's Alt-Svc header is remembered in
-    # the profile, so the next visit (a new browser on that profile, no connection left open) goes
-    # over HTTP/3, the self-signed certificate accepted as `chrome_flags` arranges.
+    # knows nothing of the origin: its document comes over HTTP/2, whose Alt-Svc header Chromium
+    # remembers; it may move the page's later requests to HTTP/3 once its QUIC connection is up (it
+    # did so on loopback in CI). The next visit (a new browser on that profile, no connection left
+    # open) uses HTTP/3, the self-signed certificate accepted as `chrome_flags` arranges: without
+    # that, every QUIC attempt failed and both visits were HTTP/2 only.
     edge, sites = generated_edge
     url = f"{edge.origin}/page-0000/index.html"
     first, later = measure_loads_speedline(
@@ -150,8 +152,8 @@ def test_chromium_own_choice_is_http2_first_then_http3_after_alt_svc(generated_e
     )
     assert isinstance(first, BrowserLoad) and isinstance(later, BrowserLoad), (first, later)
     assert (first.visit, later.visit) == (0, 1)
-    assert set(first.protocols) == {"h2"}, first
-    assert set(later.protocols) == {"h3"}, later
+    assert first.document_protocol == "h2", first
+    assert "h3" in later.protocols, later
     # The cache is off: the later visit fetched every object again.
     expected = sorted(o["path"] for o in json.loads((sites / "page-0000.page.json").read_text())["objects"])
     assert sorted(p for p in later.paths if p != "/favicon.ico") == expected

@@ -60,11 +60,13 @@ async function measure(browser, url, keepProfile) {
     const protocols = {};
     const paths = [];
     let transfer = 0;
+    let documentProtocol = null;
     await cdp.send('Network.enable');
     cdp.on('Network.responseReceived', (e) => {
       if (e.response.url.startsWith('data:')) return;
       const p = e.response.protocol || 'unknown';
       protocols[p] = (protocols[p] || 0) + 1;
+      if (e.type === 'Document' && documentProtocol === null) documentProtocol = p;
       paths.push(new URL(e.response.url).pathname);
     });
     cdp.on('Network.loadingFinished', (e) => { transfer += e.encodedDataLength || 0; });
@@ -85,7 +87,10 @@ async function measure(browser, url, keepProfile) {
     if (nav.length === 0) throw new Error(`no navigationStart for ${url} in the trace`);
     const timeOrigin = nav[nav.length - 1].ts;
     const si = await speedline(events, {timeOrigin, fastMode: true, include: 'speedIndex'});
-    return {url, speed_index_ms: si.speedIndex, ...timing, protocols, paths, transfer_bytes: transfer};
+    return {
+      url, speed_index_ms: si.speedIndex, ...timing, protocols, paths, transfer_bytes: transfer,
+      document_protocol: documentProtocol,
+    };
   } finally {
     if (!keepProfile) await context.close();
   }

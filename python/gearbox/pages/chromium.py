@@ -77,6 +77,8 @@ class BrowserLoad:
     #: Which visit of the URL by one browser profile (the `chromium` version: 0 = the first, over
     #: HTTP/2; 1.. = after Alt-Svc); 0 for h2 and h3, where every load is a first visit.
     visit: int = 0
+    #: The protocol of the page's own document (speedline meter; None from Lighthouse).
+    document_protocol: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -287,6 +289,7 @@ def measure_loads_speedline(
                 transfer_bytes=int(r["transfer_bytes"]),
                 paths=tuple(r.get("paths", ())),
                 visit=int(r.get("visit", 0)),
+                document_protocol=r.get("document_protocol"),
             )
         )
     return out
