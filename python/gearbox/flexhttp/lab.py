@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from gearbox.flexhttp.features import FEATURES, NETWORK_FEATURES, PAGE_FEATURES, VERSIONS
+from gearbox.pages.chromium import VERSIONS as BROWSER_VERSIONS
 from gearbox.pages.chromium import Condition
 
 #: Table 1's experiment settings.
@@ -944,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     ch.add_argument(
         "--http",
         action="append",
-        choices=["h2", "h3", "chromium"],
+        choices=list(BROWSER_VERSIONS),
         help="version(s): h2, h3 (the default: both) and chromium (Chromium's own choice, first and later visit)",
     )
     ch.add_argument("--reps", type=int, default=3)
