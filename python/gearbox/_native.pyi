@@ -127,8 +127,9 @@ class Client:
     ) -> dict[str, Any]:
         """Loads a page (a dict from `generate_page`, or an int seed of the built-in "page"
         workload) from `origin`, each object once its dependencies are complete, on one
-        connection. Returns page_load_ms, protocol, transport, decision and objects (id, path,
-        started_ms, completed_ms, status, record)."""
+        connection. Returns page_load_ms (every object), load_event_ms (the objects that delay
+        a browser's load event: all but data fetched by scripts), protocol, transport, decision
+        and objects (id, path, started_ms, completed_ms, status, record)."""
     def flush(self) -> None:
         """Waits until every record so far is in the telemetry file."""
     def close(self) -> None:

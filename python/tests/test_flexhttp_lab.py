@@ -82,14 +82,16 @@ def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromi
     )
     # Our loader's PLTs order three of the four pairs as Chromium does; at (far, b) it finds h3 faster.
     loader_h3_faster = {("near", "a"): False, ("near", "b"): True, ("far", "a"): True, ("far", "b"): True}
+    # By their load-event times all four agree (the data fetched last made h3 look faster at (far, b)).
     with open(ds / "loads.jsonl", "w") as f:
         for (c, page), h3_faster in loader_h3_faster.items():
             rtt, loss, rate = conds[c]
             cond = {"rtt_ms": rtt, "loss_rate": loss, "rate_mbps": rate}
             cond["id"] = condition_id(Condition(rtt, loss, rate))
             for version, plt in (("h2", 1000), ("h3", 900 if h3_faster else 1100)):
-                f.write(json.dumps({"condition": cond, "page": page, "http_version": version, "page_load_ms": plt}))
-                f.write("\n")
+                load_event = 500 if version == "h2" else (450 if h3_faster and (c, page) != ("far", "b") else 550)
+                row = {"condition": cond, "page": page, "http_version": version, "page_load_ms": plt}
+                f.write(json.dumps(row | {"load_event_ms": load_event}) + "\n")
     rows = tmp_path / "si.jsonl"
     with open(rows, "w") as f:
         for (c, page), (h2, h3, first, later) in si.items():
@@ -116,6 +118,9 @@ def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromi
     assert o["chromium-later"]["mean_ms"] == pytest.approx((640 + 730 + 3050 + 2550) / 4)
     assert r["h3_faster_share"] == pytest.approx(0.5)
     assert (r["loader_agreement"], r["loader_pairs"]) == (pytest.approx(0.75), 4)
+    by_load_event = evaluate_si(tmp_path, ds, [rows], metric="load-event")
+    assert (by_load_event["loader_agreement"], by_load_event["loader_metric"]) == (pytest.approx(1.0), "load-event")
+    assert by_load_event["overall"] == o
     assert r["per_condition"]["rtt300-loss3-rate1"]["flexhttp"] == pytest.approx((3000 + 2500) / 2)
     # Training by SI reads the h2 and h3 loads as a dataset whose load time is the SI.
     as_loads, _ = read_dataset(ds, [rows])
@@ -129,6 +134,18 @@ def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromi
     bad.write_text(json.dumps({"condition": cond, "page": "a", "http_version": "h2"}) + "\n")
     with pytest.raises(FlexLabError, match="bad.jsonl:1: speed_index_ms: missing"):
         evaluate_si(tmp_path, ds, [bad])
+    # A dataset of loads without their load-event time (made before it was recorded) says so.
+    old = tmp_path / "old"
+    (old / "sites").mkdir(parents=True)
+    (old / "sites" / "pages.json").write_text((ds / "sites" / "pages.json").read_text())
+    (old / "loads.jsonl").write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(x).items() if k != "load_event_ms"}) + "\n"
+            for x in (ds / "loads.jsonl").read_text().splitlines()
+        )
+    )
+    with pytest.raises(FlexLabError, match="loads.jsonl:1: load_event_ms: missing"):
+        read_dataset(old, metric="load-event")
 
 
 def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_path: Path) -> None:
@@ -160,6 +177,7 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
     # Every load went over the version asked for, and fetched the whole page.
     assert all(r["protocol"] == r["http_version"] for r in ok)
     assert {r["objects"] for r in ok if r["page"] == ok[0]["page"]} == {ok[0]["objects"]}
+    assert all(0 < r["load_event_ms"] <= r["page_load_ms"] for r in ok)
     # A round trip per dependency level at least: the 200 ms path is slower than the 30 ms one.
     slow = [r["page_load_ms"] for r in ok if r["condition"]["rtt_ms"] == 200]
     fast = [r["page_load_ms"] for r in ok if r["condition"]["rtt_ms"] == 30]

@@ -21,7 +21,8 @@ from support import Edge, running_edge
 import gearbox
 from gearbox.pages import GenerateError, ModelError, PageFeatureError, PageModel, generate, page_features, plan_page
 from gearbox.pages.__main__ import main as pages_main
-from gearbox.pages.site import make_png
+from gearbox.pages.model import PagePlan, PlannedObject
+from gearbox.pages.site import browser_dependencies, make_png
 
 
 def tree_digest(root: Path) -> dict[str, bytes]:
@@ -84,7 +85,7 @@ def test_written_files_have_the_planned_sizes_and_features_match_the_graph(tmp_p
         for o in objs:
             path = tmp_path / o["path"].lstrip("/")
             assert path.stat().st_size == o["size_bytes"]
-            assert all(d < o["id"] for d in o["depends_on"])
+            assert o["id"] not in o["depends_on"] and all(0 <= d < len(objs) for d in o["depends_on"])
         f = page_features(tmp_path / e["name"])
         assert f.all_files == len(objs)
         assert f.all_bytes == sum(o["size_bytes"] for o in objs)
@@ -93,6 +94,37 @@ def test_written_files_have_the_planned_sizes_and_features_match_the_graph(tmp_p
             assert getattr(f, f"{kind}_files") == len(mine)
             assert getattr(f, f"{kind}_bytes") == sum(o["size_bytes"] for o in mine)
         assert e["features"] == f.as_dict()
+
+
+def test_what_a_browser_requests_after_the_head_waits_for_every_stylesheet_and_head_script() -> None:
+    o = PlannedObject
+    plan = PagePlan(
+        [
+            o(0, "html", 9_000, None, "root"),
+            o(1, "css", 900, 0, "link"),
+            o(2, "css", 900, 1, "import"),
+            o(3, "js", 900, 0, "script"),
+            o(4, "js", 900, 0, "script"),
+            o(5, "js", 900, 3, "insert-script"),
+            o(6, "image", 900, 0, "img"),
+            o(7, "image", 900, 2, "background"),
+            o(8, "image", 900, 4, "insert-img"),
+            o(9, "image", 900, 5, "insert-img"),
+            o(10, "other", 900, 0, "fetch"),
+            o(11, "other", 900, 3, "fetch"),
+            o(12, "other", 900, 5, "fetch"),
+        ]
+    )
+    deps = browser_dependencies(plan)
+    blocking = [1, 2, 3, 4]
+    # Found while the parser waits (the preload scanner) or in the stylesheet that imports it.
+    assert deps[0] == [] and deps[1] == [0] and deps[2] == [1] and deps[3] == [0] and deps[6] == [0]
+    # After the head: the body's inline fetch, a background's element, what a head script does.
+    assert deps[10] == [0, *blocking]
+    assert deps[7] == blocking
+    assert deps[5] == blocking and deps[8] == blocking and deps[11] == blocking
+    # An inserted script runs as soon as it arrives.
+    assert deps[9] == [5] and deps[12] == [5]
 
 
 def test_generated_images_are_valid_pngs_of_the_exact_size() -> None:
@@ -212,3 +244,10 @@ def test_our_client_loads_a_generated_site_as_its_dependency_graph(
                 assert obj["record"]["bytes"] == spec["size_bytes"]
                 for dep in spec["depends_on"]:
                     assert obj["started_ms"] >= load["objects"][dep]["completed_ms"]
+            # The load event waits for everything but the data the scripts fetch.
+            delaying = [
+                o["completed_ms"]
+                for o, spec in zip(load["objects"], graph["objects"], strict=True)
+                if spec["kind"] != "other"
+            ]
+            assert load["load_event_ms"] == max(delaying) <= load["page_load_ms"]

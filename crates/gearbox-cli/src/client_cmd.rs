@@ -472,13 +472,15 @@ fn run_get_page(a: GetArgs) -> anyhow::Result<()> {
         let result = match &load {
             Ok(l) => {
                 record["page_load_ms"] = serde_json::json!(l.page_load_ms);
+                record["load_event_ms"] = serde_json::json!(l.load_event_ms);
                 record["protocol"] = serde_json::to_value(l.protocol)?;
                 if let Some(f) = flex.as_mut() {
                     f.observe(&page, version, l.page_load_ms);
                 }
                 eprintln!(
-                    "gearbox get: page load {:.0} ms, {} objects over {}",
+                    "gearbox get: page load {:.0} ms (load event {:.0} ms), {} objects over {}",
                     l.page_load_ms,
+                    l.load_event_ms,
                     l.objects.len(),
                     record["protocol"].as_str().unwrap_or("?")
                 );

@@ -353,6 +353,7 @@ impl Client {
         Ok(MultipathLoad {
             page: PageLoad {
                 page_load_ms,
+                load_event_ms: crate::page::load_event_ms(page, &objects),
                 protocol: Protocol::H3,
                 decision: "multipath:h3".into(),
                 objects,

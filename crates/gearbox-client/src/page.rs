@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use gearbox_dataplane::telemetry::{ClientRecord, Protocol};
-use gearbox_workload::Page;
+use gearbox_workload::{ObjectKind, Page};
 use http::HeaderValue;
 
 use crate::client::{parse_url, Client, Request};
@@ -72,6 +72,10 @@ pub struct ObjectTiming {
 pub struct PageLoad {
     /// Milliseconds from the start to the last object's last byte.
     pub page_load_ms: f64,
+    /// Milliseconds from the start to the last byte of the last object that delays a
+    /// browser's `load` event ([`load_event_ms`]): what Chromium reports as the page's
+    /// load time, which `page_load_ms` exceeds when scripts fetch data.
+    pub load_event_ms: f64,
     /// Protocol the objects travelled on (that of the HTML).
     pub protocol: Protocol,
     /// The transport decision and its reason.
@@ -184,9 +188,24 @@ impl Client {
         let protocol = objects.first().map(|o| o.record.protocol).unwrap_or(Protocol::H2);
         Ok(PageLoad {
             page_load_ms,
+            load_event_ms: load_event_ms(page, &objects),
             protocol,
             decision: decision.reason,
             objects,
         })
     }
+}
+
+/// When a browser would fire the page's `load` event: the last completion among the
+/// objects that delay it. The document, its stylesheets, scripts (inserted ones too),
+/// images and fonts delay the load event (HTML Living Standard, "delay the load event");
+/// data a script fetches ([`ObjectKind::Other`]: `fetch()`, XHR) does not, so a browser
+/// reports a page as loaded while such transfers still run. Chromium's load time is this
+/// one; [`PageLoad::page_load_ms`] waits for every object.
+pub fn load_event_ms(page: &Page, objects: &[ObjectTiming]) -> f64 {
+    objects
+        .iter()
+        .filter(|o| page.objects.get(o.id).is_some_and(|p| p.kind != ObjectKind::Other))
+        .map(|o| o.completed_ms)
+        .fold(0.0, f64::max)
 }

@@ -408,7 +408,7 @@ impl PyClient {
     /// Loads a page from `origin` (https://host:port): each object is requested as soon as
     /// the objects it depends on are complete, all on one connection. `page` is a page dict
     /// (see `generate_page`) or an int seed for the built-in "page" workload. Returns a dict:
-    /// page_load_ms, protocol, transport, decision and objects (id, path, started_ms,
+    /// page_load_ms, load_event_ms, protocol, transport, decision and objects (id, path, started_ms,
     /// completed_ms, status, record), ordered by id.
     #[pyo3(signature = (origin, page, transport="tcp", fresh_connection=true, path_index=0, click=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, one per PageLoadOptions field.
@@ -552,6 +552,7 @@ impl PyResponse {
 #[derive(Serialize)]
 struct PageLoadOut<'a> {
     page_load_ms: f64,
+    load_event_ms: f64,
     protocol: &'static str,
     transport: &'static str,
     decision: &'a str,
@@ -572,6 +573,7 @@ impl<'a> From<&'a PageLoad> for PageLoadOut<'a> {
     fn from(load: &'a PageLoad) -> Self {
         PageLoadOut {
             page_load_ms: load.page_load_ms,
+            load_event_ms: load.load_event_ms,
             protocol: load.protocol.name(),
             transport: load.protocol.transport(),
             decision: &load.decision,

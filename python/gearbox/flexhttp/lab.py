@@ -68,6 +68,10 @@ TABLE1 = {
 PAPER_CONFIGS = ((30, 0.0001, 10), (80, 0.0005, 7), (120, 0.005, 5), (230, 0.01, 3), (300, 0.03, 1))
 PORT = 4433
 TRANSPORT = {"h2": "tcp", "h3": "quic"}
+#: Our loader's time of a page load that labels and comparisons use (`--metric`): `plt`, every object
+#: complete (`page_load_ms`); `load-event`, every object that delays a browser's load event, so not
+#: the data the page's scripts fetch (`load_event_ms`, the time Chromium reports as loaded).
+METRICS = {"plt": "page_load_ms", "load-event": "load_event_ms"}
 
 
 class FlexLabError(RuntimeError):
@@ -234,6 +238,7 @@ def client_main(spec_path: Path) -> int:
                         )
                         row |= {
                             "page_load_ms": load["page_load_ms"],
+                            "load_event_ms": load["load_event_ms"],
                             "protocol": load["protocol"],
                             "objects": len(load["objects"]),
                             "bytes": sum(o["record"]["bytes"] for o in load["objects"]),
@@ -249,10 +254,13 @@ def client_main(spec_path: Path) -> int:
 # --- reading a dataset ----------------------------------------------------------------------------
 
 
-def read_dataset(path: Path, si_paths: list[Path] | None = None) -> tuple[list[dict], dict[str, dict]]:
+def read_dataset(
+    path: Path, si_paths: list[Path] | None = None, metric: str = "plt"
+) -> tuple[list[dict], dict[str, dict]]:
     """(loads without error, page features by page name) of a dataset folder. With `si_paths`, the
     loads are instead Chromium's h2 and h3 loads of those Speed Index files, their SI standing where
-    our loader's page load time stands (`page_load_ms`), so that training learns SI's winner."""
+    our loader's page load time stands (`page_load_ms`), so that training learns SI's winner. With
+    `metric` "load-event", our loader's load-event time (METRICS) stands there instead."""
     if si_paths:
         _, pages = read_dataset(path)
         si_rows, _ = read_si(si_paths)
@@ -264,7 +272,16 @@ def read_dataset(path: Path, si_paths: list[Path] | None = None) -> tuple[list[d
                 raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {path / 'sites'}")
             rows.append(r | {"condition": si_condition(r), "page_load_ms": float(r["speed_index_ms"])})
         return rows, pages
-    rows, _ = _load_rows(path / "loads.jsonl", "page_load_ms", "make it with `gearbox lab flexhttp dataset`")
+    if metric not in METRICS:
+        raise FlexLabError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    field = METRICS[metric]
+    rows, _ = _load_rows(
+        path / "loads.jsonl",
+        field,
+        "make it with `gearbox lab flexhttp dataset`"
+        + ("; datasets made before the load event was recorded have PLT only" if field != "page_load_ms" else ""),
+    )
+    rows = [r | {"page_load_ms": float(r[field])} for r in rows]
     manifest = json.loads((path / "sites" / "pages.json").read_text())
     return rows, {p["name"]: p["features"] for p in manifest["pages"]}
 
@@ -369,14 +386,20 @@ def grouped_cv(model_fn, x: np.ndarray, y: np.ndarray, cond: np.ndarray, folds: 
 
 
 def train(
-    dataset_dir: Path, out: Path, folds: int, seed: int, ks: list[int], si_paths: list[Path] | None = None
+    dataset_dir: Path,
+    out: Path,
+    folds: int,
+    seed: int,
+    ks: list[int],
+    si_paths: list[Path] | None = None,
+    metric: str = "plt",
 ) -> dict:
     """Classifiers by grouped CV, k-means labels, the exported forest; by our loader's page load time,
     or with `si_paths` by Chromium's Speed Index of the same pages and conditions."""
     from gearbox.flexhttp.forest import TrainError, export, fit_forest
     from gearbox.flexhttp.labels import choose_k, label
 
-    rows, pages = read_dataset(dataset_dir, si_paths)
+    rows, pages = read_dataset(dataset_dir, si_paths, metric)
     g = groups(rows, pages)
     if not g:
         raise FlexLabError(f"{dataset_dir}: no (condition, page) measured over both versions")
@@ -512,8 +535,8 @@ def forest_predict(model: Path, x: np.ndarray) -> np.ndarray:
     return out / len(trees)
 
 
-def evaluate(model_dir: Path, dataset_dir: Path) -> dict:
-    rows, pages = read_dataset(dataset_dir)
+def evaluate(model_dir: Path, dataset_dir: Path, metric: str = "plt") -> dict:
+    rows, pages = read_dataset(dataset_dir, metric=metric)
     g = groups(rows, pages)
     if not g:
         raise FlexLabError(f"{dataset_dir}: no (condition, page) measured over both versions")
@@ -621,7 +644,7 @@ def read_si(paths: list[Path]) -> tuple[list[dict], int]:
 SI_POLICIES = ("h2-only", "h3-only", "flexhttp", "oracle", "chromium-first", "chromium-later")
 
 
-def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path]) -> dict:
+def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path], metric: str = "plt") -> dict:
     """FlexHTTP §4's comparison by Speed Index in Chromium: per (condition, page) the median SI of each
     version; the model decides from the page's and the path's features as in `evaluate`. Also how
     often our loader's ordering (the dataset's median PLT) agrees with Chromium's SI ordering."""
@@ -639,7 +662,7 @@ def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path]) -> dic
         if r["page"] not in pages:
             raise FlexLabError(f"page {r['page']} of the Speed Index rows is not in {dataset_dir / 'sites'}")
         by[(cid, r["page"])][v].append(float(r["speed_index_ms"]))
-    loader = {(g["condition"], g["page"]): g for g in groups(*read_dataset(dataset_dir))}
+    loader = {(g["condition"], g["page"]): g for g in groups(*read_dataset(dataset_dir, metric=metric))}
     pairs = [(k, v) for k, v in sorted(by.items()) if v.get("h2") and v.get("h3")]
     if not pairs:
         raise FlexLabError("no (condition, page) with Speed Index over both h2 and h3")
@@ -677,6 +700,7 @@ def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path]) -> dic
         "accuracy": float(np.mean([v for d in per_cond.values() for v in d["right"]])),
         "loader_agreement": float(np.mean(agree)) if agree else None,
         "loader_pairs": len(agree),
+        "loader_metric": metric,
         "overall": {k: {"mean_ms": statistics.fmean(v), "median_ms": statistics.median(v)} for k, v in allv.items()},
         "per_condition": {
             cid: {k: statistics.median(d[k]) for k in policies} | {"accuracy": statistics.fmean(d["right"])}
@@ -892,7 +916,7 @@ def _print_eval_si(r: dict) -> None:
     )
     if r["loader_agreement"] is not None:
         print(
-            f"our loader's H2/H3 ordering (median PLT) agrees with Chromium's (median SI) on "
+            f"our loader's H2/H3 ordering (median {r['loader_metric']}) agrees with Chromium's (median SI) on "
             f"{r['loader_agreement'] * 100:.1f}% of {r['loader_pairs']} pairs"
         )
     _print_eval(r, "SI")
@@ -900,6 +924,16 @@ def _print_eval_si(r: dict) -> None:
 
 def _si_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--si", type=Path, action="append", default=[], help=help_text)
+
+
+def _metric_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metric",
+        choices=list(METRICS),
+        default="plt",
+        help="our loader's time: plt (every object, the default) or load-event (what delays a browser's load "
+        "event: not the data scripts fetch); with --si, the loader's agreement with Chromium is by it",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -934,11 +968,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--k", type=int, action="append", default=[], help="also score k-means labels with this k")
     _si_argument(t, "learn Chromium's Speed Index (rows of `chromium`, repeatable) instead of our loader's PLT")
+    _metric_argument(t)
     e = sub.add_parser("evaluate", help="the model's choices against H2-only, H3-only and the oracle")
     e.add_argument("--model", type=Path, required=True, help="a model folder (train's OUT/model, or the agent's)")
     e.add_argument("--dataset", type=Path, required=True)
     e.add_argument("--out", type=Path, help="write the report as JSON here")
     _si_argument(e, "judge by Speed Index in Chromium: rows of `chromium` or `gearbox pages measure` (repeatable)")
+    _metric_argument(e)
     ch = sub.add_parser("chromium", help="Speed Index of a dataset's pages and conditions in Chromium (needs root)")
     ch.add_argument("--dataset", type=Path, required=True)
     ch.add_argument("--out", type=Path, required=True, help="folder: si.jsonl and one work folder per condition")
@@ -1006,7 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
             if "evaluate" in r:
                 _print_eval(r["evaluate"])
         elif a.command == "train":
-            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32], a.si)
+            r = train(a.dataset, a.out or a.dataset / "train", a.folds, a.seed, a.k or [4, 8, 16, 32], a.si, a.metric)
             _print_train(r)
         elif a.command == "chromium":
             if a.reps < 1:
@@ -1025,13 +1061,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"flexhttp chromium: {path}")
         elif a.si:
-            r = evaluate_si(a.model, a.dataset, a.si)
+            r = evaluate_si(a.model, a.dataset, a.si, a.metric)
             _print_eval_si(r)
             if a.out:
                 a.out.write_text(json.dumps(r, indent=1) + "\n")
         else:
-            r = evaluate(a.model, a.dataset)
-            _print_eval(r)
+            r = evaluate(a.model, a.dataset, a.metric)
+            _print_eval(r, "PLT" if a.metric == "plt" else "load event")
             if a.out:
                 a.out.write_text(json.dumps(r, indent=1) + "\n")
     except (FlexLabError, LabError) as e:

@@ -18,6 +18,11 @@ Padding is random base64 text, so a server that compresses text cannot shrink a 
 
 The site's `page.json` beside it (outside the served directory) is the same graph in the format of
 gearbox_workload::Page, which our client's page loader (crates/gearbox-client/src/page.rs) loads.
+An object's `depends_on` lists what a browser must have *finished* before it requests the object
+(`browser_dependencies`), not only where it is referenced: the page's parser-blocking resources
+hold back much of what is discovered after them, and a loader that requests everything once its
+referrer arrives competes with the scripts for the path and finishes the page's visible part later
+than Chromium does.
 """
 
 from __future__ import annotations
@@ -221,6 +226,7 @@ def write_site(plan: PagePlan, directory: Path, name: str, seed: int) -> dict:
             padded = _pad_to(text, o.size_bytes - len(tail), rng, "<!--", "-->")
             write(o, (padded + tail).encode("ascii"))
 
+    deps = browser_dependencies(plan)
     objects = []
     for o in plan.objects:
         objects.append(
@@ -230,7 +236,44 @@ def write_site(plan: PagePlan, directory: Path, name: str, seed: int) -> dict:
                 "kind": o.kind,
                 "size_bytes": written[o.id],
                 "priority": URGENCY[o.kind],
-                "depends_on": [] if o.parent is None else [o.parent],
+                "depends_on": deps[o.id],
             }
         )
     return {"objects": objects}
+
+
+def browser_dependencies(plan: PagePlan) -> dict[int, list[int]]:
+    """What a browser has finished before it requests each object of the site `write_site` makes.
+
+    The head holds every stylesheet (`<link>`) and then every script (`<script src>`, neither
+    async nor defer), so (HTML Living Standard, "parsing HTML documents" and "scripting"):
+
+    * Stylesheets, head scripts and the body's `<img>` elements are requested once the HTML
+      arrives (the preload scanner finds them while the parser waits); an `@import` once its
+      stylesheet arrives.
+    * A parser-blocking script runs only after the stylesheets before it have loaded and the
+      scripts before it have run, so the parser passes the head only when every stylesheet
+      (with its imports) and every head script is complete: the *blocking set*.
+    * What comes after that waits for the whole blocking set: the body's inline script (its
+      `fetch()` calls), the body's elements that a stylesheet gives a background image, and
+      everything a head script does, since its `run()` waits for DOMContentLoaded.
+    * A script inserted by another runs as soon as it arrives (the document is past
+      `loading` by then), so what it requests waits for it alone.
+
+    Rejected: the referrer alone as the dependency (the graph before this function). In
+    Chromium the body's `fetch()` of a page with large data files starts after the head scripts;
+    a loader that starts it with them shares the path with them from the first round trip and
+    finished the scripts (the page's load event) 2-4x later than Chromium on lossy slow paths
+    (docs/flexhttp.md, "Our loader against Chromium").
+    """
+    by_id = {o.id: o for o in plan.objects}
+    blocking = [o.id for o in plan.objects if o.kind == "css" or o.via == "script"]
+    deps: dict[int, list[int]] = {}
+    for o in plan.objects:
+        if o.parent is None:
+            deps[o.id] = []
+            continue
+        parent = by_id[o.parent]
+        after_head = (o.parent == 0 and o.via == "fetch") or o.via == "background" or parent.via == "script"
+        deps[o.id] = sorted({o.parent, *blocking}) if after_head else [o.parent]
+    return deps
