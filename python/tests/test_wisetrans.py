@@ -424,3 +424,14 @@ def test_grouped_selection_prefers_features_that_carry_to_unseen_conditions() ->
     assert {s["features"]: s["grouped_accuracy"] for s in scored}["with-ratio"] > 0.95
     honest = train.nested(X, y, gap, groups, a)
     assert honest["accuracy"] > 0.95 > honest["majority_floor"] + 0.2
+
+
+def test_evaluating_some_regions_does_not_replace_the_committed_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    committed = ev.REPO_ROOT / ev.Args().results
+    before = committed.read_bytes()
+    with pytest.raises(SystemExit) as e:
+        ev.main(["--no-run", "--region", "block", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--results" in capsys.readouterr().err
+    assert committed.read_bytes() == before

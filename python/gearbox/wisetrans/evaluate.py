@@ -390,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=a.out)
     p.add_argument("--results", default=a.results, help="where the numbers go (JSON)")
     ns = p.parse_args(argv)
+    if ns.region and ns.results == a.results:
+        # The results hold every region found in --out: a few regions run into a new folder would
+        # replace the committed numbers of all the others.
+        p.error(f"--region writes only the regions in --out: name the output with --results, not {a.results}")
     a.run, a.out, a.results = not ns.no_run, ns.out, ns.results
     regions = {k: v for k, v in a.regions.items() if not ns.region or k in ns.region}
     if a.run:
