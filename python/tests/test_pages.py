@@ -97,24 +97,12 @@ def test_written_files_have_the_planned_sizes_and_features_match_the_graph(tmp_p
 
 
 def test_what_a_browser_requests_after_the_head_waits_for_every_stylesheet_and_head_script() -> None:
-    o = PlannedObject
-    plan = PagePlan(
-        [
-            o(0, "html", 9_000, None, "root"),
-            o(1, "css", 900, 0, "link"),
-            o(2, "css", 900, 1, "import"),
-            o(3, "js", 900, 0, "script"),
-            o(4, "js", 900, 0, "script"),
-            o(5, "js", 900, 3, "insert-script"),
-            o(6, "image", 900, 0, "img"),
-            o(7, "image", 900, 2, "background"),
-            o(8, "image", 900, 4, "insert-img"),
-            o(9, "image", 900, 5, "insert-img"),
-            o(10, "other", 900, 0, "fetch"),
-            o(11, "other", 900, 3, "fetch"),
-            o(12, "other", 900, 5, "fetch"),
-        ]
-    )
+    # (kind, referrer, how the referrer references it) of objects 0..12.
+    drawn = [("html", None, "root"), ("css", 0, "link"), ("css", 1, "import"), ("js", 0, "script")]
+    drawn += [("js", 0, "script"), ("js", 3, "insert-script"), ("image", 0, "img"), ("image", 2, "background")]
+    drawn += [("image", 4, "insert-img"), ("image", 5, "insert-img"), ("other", 0, "fetch"), ("other", 3, "fetch")]
+    drawn += [("other", 5, "fetch")]
+    plan = PagePlan([PlannedObject(i, kind, 900, parent, via) for i, (kind, parent, via) in enumerate(drawn)])
     deps = browser_dependencies(plan)
     blocking = [1, 2, 3, 4]
     # Found while the parser waits (the preload scanner) or in the stylesheet that imports it.
