@@ -60,6 +60,22 @@ def test_learn_floo_trains_exports_a_policy_the_rust_gear_loads(tmp_path: Path) 
     assert run["decisions"] >= 1
 
 
+def test_learn_floo_normalises_each_episodes_rewards_on_request(tmp_path: Path) -> None:
+    # Floo §3.3's episode-level normalisation: PPO learns from rewards of unit spread per
+    # episode, the policy records the option, and the history keeps the raw returns.
+    out = tmp_path / "floo"
+    args = ["--out", str(out), "--steps", "16", "--envs", "1", "--scenarios", "3", "--episode-s", "60"]
+    assert train.main([*args, "--rollout-steps", "8", "--episode-reward-norm", "std"]) == 0
+    info = json.loads((out / "policy.json").read_text())["info"]
+    assert info["ppo"]["episode_reward_norm"] == "std"
+    history = json.loads((out / "history.json").read_text())
+    assert len(history) == 2 and history[-1]["steps"] >= 16
+    for h in history:
+        assert h["reward_std"] == pytest.approx(
+            1.0, abs=0.15
+        )  # whole episodes of std 1, cut by rollouts (0.3-0.4 without)
+
+
 def test_evaluate_ranks_schemes_against_the_hindsight_best_static(tmp_path: Path) -> None:
     out = tmp_path / "eval"
     code = evaluate.main(

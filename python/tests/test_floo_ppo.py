@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -26,6 +27,7 @@ from gearbox.floo.ppo import (  # noqa: E402
     actor_logits,
     evaluate,
     load_params,
+    normalize_episode_rewards,
     save_params,
     train,
 )
@@ -189,3 +191,67 @@ def test_ppo_runs_on_the_simulators_cca_selection_environment() -> None:
     assert record["entropy"] == pytest.approx(math.log(4), abs=0.01)
     assert result.actor_params["hidden"]["kernel"].shape == (16, 200)
     assert result.actor_params["logits"]["kernel"].shape == (200, 4)
+
+
+def test_episode_reward_normalisation_is_one_map_per_episode() -> None:
+    r = np.array([0.3, -0.1, 0.5, 0.1])
+    std = normalize_episode_rewards(r, "std")
+    np.testing.assert_allclose(std, r / r.std())
+    assert std.std() == pytest.approx(1.0) and np.all(np.sign(std) == np.sign(r))
+    np.testing.assert_allclose(normalize_episode_rewards(1000 * r, "std"), std)  # the scale is gone
+    z = normalize_episode_rewards(r, "zscore")
+    assert z.mean() == pytest.approx(0.0, abs=1e-12) and z.std() == pytest.approx(1.0)
+    np.testing.assert_array_equal(normalize_episode_rewards(r, "none"), r)
+    # All equal: zscore gives 0, std the sign (0 for a policy that did what the reference did).
+    np.testing.assert_array_equal(normalize_episode_rewards([0.2, 0.2], "zscore"), [0.0, 0.0])
+    np.testing.assert_array_equal(normalize_episode_rewards([-0.2, -0.2], "std"), [-1.0, -1.0])
+    np.testing.assert_array_equal(normalize_episode_rewards([0.0, 0.0, 0.0], "std"), [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="must be one of none, std, zscore"):
+        normalize_episode_rewards(r, "minmax")
+    with pytest.raises(ValueError, match="PPOConfig.episode_reward_norm must be one of"):
+        train(cartpole, PPOConfig(episode_reward_norm="minmax"), total_steps=128, seed=0)
+
+
+class ScaledEpisodes(gym.Env):
+    """Episodes of `length` steps whose rewards are PATTERN[t] x 10**(k % 4) in the k-th
+    episode: the same shape at scales 1 to 1000, whatever the actions."""
+
+    PATTERN = (0.5, -1.0, 2.0, 0.25, 1.0)
+
+    def __init__(self, length: int, index: int = 0) -> None:
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length, self.k, self.t = length, -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.k, self.t = self.k + 1, 0
+        return np.array([self.t / self.length, 0.0], np.float32), {}
+
+    def step(self, action):
+        reward = self.PATTERN[self.t] * 10.0 ** (self.k % 4)
+        self.t += 1
+        obs = np.array([self.t / self.length, float(action)], np.float32)
+        return obs, reward, self.t == self.length, False, {}
+
+
+@pytest.mark.parametrize("length", [4, 3])  # rollouts of whole episodes (8 = 2 x 4), and cut ones
+def test_training_learns_from_each_episodes_rewards_normalised(length: int) -> None:
+    cfg = PPOConfig(rollout_steps=8, num_minibatches=2, update_epochs=1)
+    make = functools.partial(ScaledEpisodes, length)
+    normed = train(make, replace(cfg, episode_reward_norm="std"), total_steps=8 * 2 * 6, seed=3, num_envs=2)
+    assert len(normed.history) == 6
+    if length == 4:
+        raw = train(make, cfg, total_steps=8 * 2 * 6, seed=3, num_envs=2)
+        assert max(h["reward_abs_max"] for h in raw.history) == pytest.approx(2000.0)  # without: the scales reach PPO
+        assert normed.history[-1]["steps"] == raw.history[-1]["steps"] == 96  # whole episodes per rollout: no wait
+    pattern = normalize_episode_rewards(ScaledEpisodes.PATTERN[:length], "std")
+    for h in normed.history:
+        # Every episode, at any scale, reaches PPO as the same normalised pattern.
+        assert h["reward_abs_max"] == pytest.approx(np.abs(pattern).max(), rel=1e-6)
+        if length == 4:
+            assert h["reward_mean"] == pytest.approx(pattern.mean(), rel=1e-6)
+            assert h["reward_std"] == pytest.approx(1.0, rel=1e-6)
+    # The history's returns stay the raw ones (episodes at scale 1000 reach 2750 with length 4).
+    assert max(h["mean_return"] for h in normed.history if h["episodes"]) > 100.0
+    assert normed.config.episode_reward_norm == "std"

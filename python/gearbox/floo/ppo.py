@@ -27,6 +27,11 @@ Design points worth knowing:
   (gymnasium's `AutoresetMode.SAME_STEP`), so every stored transition is a real one. An
   episode cut by a time limit (`truncated`) is not a failure: its last reward gets
   `gamma * V(final observation)` added, the value it would have gone on to earn.
+* **Episode-level reward normalisation** (Floo §3.3, `PPOConfig.episode_reward_norm`,
+  off by default): each finished episode's rewards are normalised together
+  (`normalize_episode_rewards`) before PPO learns from them, which needs whole episodes
+  and so runs a loop of its own (`_train_episodic`: transitions queue per environment
+  until their episode ends).
 * **Evaluation without JAX.** `act` runs the actor in NumPy (float64), the same rule the
   exported model follows in Rust (`gearbox.floo.export`, docs/models.md "Dense
   networks"), so a policy can be evaluated where JAX is not installed.
@@ -66,6 +71,43 @@ from gearbox.sim.vector import make_vector_env
 # with "<out>" = "logits" (actor) or "value" (critic), as NumPy arrays.
 Params = dict[str, dict[str, np.ndarray]]
 
+# `PPOConfig.episode_reward_norm`'s values.
+EPISODE_REWARD_NORMS = ("none", "std", "zscore")
+
+
+def normalize_episode_rewards(rewards: Sequence[float] | np.ndarray, mode: str) -> np.ndarray:
+    """The rewards of one whole episode, normalised as Floo §3.3 asks ("after one entire
+    training episode, we normalize all the rewards uniformly").
+
+    The paper gives no formula. Here "uniformly" is read as: one affine map, computed from
+    that episode's rewards alone, applied to every reward of the episode, so their order and
+    ratios of differences are kept and episodes of different scales (a scenario whose RCT
+    swings by seconds against one that moves by milliseconds) weigh alike in the update:
+
+    * `"std"`: r_t / sigma, sigma the population standard deviation of the episode's
+      rewards. Signs are kept: with `--reward baseline` a period better than the reference
+      stays positive, and the episode's mean (its gain over the reference) is kept in units
+      of its own spread.
+    * `"zscore"`: (r_t - mu) / sigma, mu their mean: only how each period compares with
+      the rest of its episode is kept.
+    * `"none"`: unchanged.
+
+    An episode whose rewards are all equal (sigma <= 1e-8; e.g. a one-step episode) comes
+    out as 0 under "zscore" and, under "std", divided by their magnitude |r| (so +-1, or 0
+    if they are 0: a policy that did exactly what the reference did). Float64 in and out."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if mode == "none" or r.size == 0:
+        return r.copy()
+    if mode not in EPISODE_REWARD_NORMS:
+        raise ValueError(f"episode reward normalisation must be one of {', '.join(EPISODE_REWARD_NORMS)}, got {mode!r}")
+    sigma = float(r.std())
+    if mode == "zscore":
+        return (r - r.mean()) / sigma if sigma > 1e-8 else np.zeros_like(r)
+    if sigma > 1e-8:
+        return r / sigma
+    magnitude = float(np.abs(r).max())
+    return r / magnitude if magnitude > 1e-8 else np.zeros_like(r)
+
 
 @dataclass(frozen=True)
 class PPOConfig:
@@ -90,6 +132,10 @@ class PPOConfig:
     max_grad_norm: float = 0.5  # each network's gradient is clipped to this global norm
     normalize_advantages: bool = True  # per minibatch
     adam_eps: float = 1e-5
+    # Floo §3.3: "after one entire training episode, we normalize all the rewards
+    # uniformly". "none" (CleanRL, and every policy trained before 2026-11-27), "std" or
+    # "zscore": `normalize_episode_rewards` says what each does, `_train_episodic` how.
+    episode_reward_norm: str = "none"
 
     def check(self) -> None:
         """Refuse values PPO cannot run with, naming the field."""
@@ -108,6 +154,11 @@ class PPOConfig:
                 raise ValueError(f"PPOConfig.{name} must be in [0, 1], got {value!r}")
         if not (math.isfinite(self.ent_coef) and self.ent_coef >= 0):
             raise ValueError(f"PPOConfig.ent_coef must be >= 0, got {self.ent_coef!r}")
+        if self.episode_reward_norm not in EPISODE_REWARD_NORMS:
+            raise ValueError(
+                f"PPOConfig.episode_reward_norm must be one of {', '.join(EPISODE_REWARD_NORMS)}, "
+                f"got {self.episode_reward_norm!r}"
+            )
         if not math.isfinite(self.negative_slope):
             raise ValueError(f"PPOConfig.negative_slope must be finite, got {self.negative_slope!r}")
         batch = self.rollout_steps * self.num_envs
@@ -453,6 +504,8 @@ def _train(
         raise ValueError(f"PPO here needs a flat Box observation space, the env has {obs_space}")
     obs_dim, num_actions, n, T = obs_space.shape[0], int(action_space.n), config.num_envs, config.rollout_steps
 
+    if config.episode_reward_norm != "none":
+        return _train_episodic(envs, config, total_steps, seed, on_update, start)
     init, policy, value, update = _learner(config, obs_dim, num_actions)
     key, init_key = jax.random.split(jax.random.PRNGKey(seed))
     state = init(init_key)
@@ -517,11 +570,165 @@ def _train(
             "mean_return": float(np.mean(returns)) if returns else math.nan,
             "mean_length": float(np.mean(lengths)) if lengths else math.nan,
             **{k: float(v) for k, v in stats.items()},
+            **_reward_stats(buffers["rewards"]),
             **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
         }
         history.append(record)
         if on_update is not None and on_update(record) is False:
             break  # the caller's budget (e.g. `gearbox learn floo --max-minutes`) is spent
+    return TrainResult(
+        actor_params=_to_numpy(state[0]),
+        critic_params=_to_numpy(state[1]),
+        config=config,
+        history=history,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
+    """The rewards an update learned from (after any normalisation and time-limit
+    bootstrap): their mean, standard deviation and largest magnitude."""
+    r = np.asarray(rewards, np.float64)
+    return {"reward_mean": float(r.mean()), "reward_std": float(r.std()), "reward_abs_max": float(np.abs(r).max())}
+
+
+def _collect_ended(final_info: dict[str, Any], i: int, infos_ended: dict[str, list[float]]) -> None:
+    for k, values in final_info.items():
+        present = final_info.get(f"_{k}")
+        if k.startswith("_") or present is None or not present[i]:
+            continue
+        number = _numeric(values[i])
+        if number is not None:
+            infos_ended.setdefault(k, []).append(number)
+
+
+def _train_episodic(
+    envs: gym.vector.VectorEnv,
+    config: PPOConfig,
+    total_steps: int,
+    seed: int,
+    on_update: Callable[[dict[str, Any]], bool | None] | None,
+    start: float,
+) -> TrainResult:
+    """`_train` with Floo §3.3's episode-level reward normalisation
+    (`config.episode_reward_norm`, `normalize_episode_rewards`).
+
+    An episode's rewards can be normalised only once it has ended, and Floo's episodes (about
+    50 selection periods, their number varying with the workload) do not line up with the
+    rollouts (64 steps). So each environment's transitions wait in a pending list until its
+    episode ends; then that episode's rewards are normalised together (the time-limit
+    bootstrap, `gamma * V(final observation)`, is added after, in the critic's normalised
+    units) and its transitions join the environment's ready queue. An update runs whenever
+    every environment has `rollout_steps` ready transitions, on the first `rollout_steps` of
+    each (in order, so GAE sees whole episodes or their heads; a cut head is bootstrapped
+    with the current critic's value of the next ready observation, which always exists).
+
+    The price is a lag: a transition is learned from up to about one episode plus one
+    rollout after it was collected, so the policy that acted (whose log-probability the
+    clipped ratio uses) can be an update or two older than the one being updated; Floo's
+    own agents (Appendix C) also send whole episodes to the central learner, which pushes
+    the model for the next episode. The number of updates is `total_steps //
+    (rollout_steps x envs)` as in `_train`; the environments run for as many more steps as
+    the queues need (`steps` in the history counts every step taken). `mean_return` in the
+    history stays the raw (unnormalised) episode return."""
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    obs_dim, num_actions, n, T = obs_space.shape[0], int(action_space.n), config.num_envs, config.rollout_steps
+    init, policy, value, update = _learner(config, obs_dim, num_actions)
+    key, init_key = jax.random.split(jax.random.PRNGKey(seed))
+    state = init(init_key)
+
+    # One transition: (obs, action, logp, value, learn reward, done).
+    pending: list[list[list[Any]]] = [[] for _ in range(n)]
+    ready: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
+    obs, _ = envs.reset(seed=[seed + i for i in range(n)])
+    episode_return, episode_length = np.zeros(n), np.zeros(n, np.int64)
+    history: list[dict[str, Any]] = []
+    steps, t, updates = 0, 0, 0
+    num_updates = max(1, total_steps // (T * n))
+    returns, lengths, infos_ended = [], [], {}
+    key, rollout_key = jax.random.split(key)
+    while updates < num_updates:
+        if t == T:
+            key, rollout_key = jax.random.split(key)
+            t = 0
+        action, logp, v = policy(state[0], state[1], jnp.asarray(obs, jnp.float32), rollout_key, np.int32(t))
+        t += 1
+        action, logp, v = np.asarray(action), np.asarray(logp), np.asarray(v)
+        next_obs, reward, terminated, truncated, info = envs.step(action)
+        reward = np.asarray(reward, np.float64)
+        done = np.logical_or(terminated, truncated)
+        episode_return += reward
+        episode_length += 1
+        steps += n
+        for i in range(n):
+            pending[i].append(
+                [
+                    np.asarray(obs[i], np.float32),
+                    int(action[i]),
+                    float(logp[i]),
+                    float(v[i]),
+                    float(reward[i]),
+                    bool(done[i]),
+                ]
+            )
+        if done.any():
+            final_obs, final_info = info.get("final_obs"), info.get("final_info", {})
+            for i in np.flatnonzero(done):
+                episode = pending[i]
+                for tr, r in zip(
+                    episode,
+                    normalize_episode_rewards([tr[4] for tr in episode], config.episode_reward_norm),
+                    strict=True,
+                ):
+                    tr[4] = float(r)
+                if truncated[i] and not terminated[i]:
+                    last = jnp.asarray(np.asarray(final_obs[i], np.float32)[None, :])
+                    episode[-1][4] += config.gamma * float(np.asarray(value(state[1], last))[0])
+                ready[i].extend(tuple(tr) for tr in episode)
+                pending[i] = []
+                returns.append(float(episode_return[i]))
+                lengths.append(int(episode_length[i]))
+                _collect_ended(final_info, i, infos_ended)
+            episode_return[done], episode_length[done] = 0.0, 0
+        obs = next_obs
+        while updates < num_updates and all(len(q) >= T for q in ready):
+            batch = [q[:T] for q in ready]
+            for i in range(n):
+                ready[i] = ready[i][T:]
+            # Field f of every transition as a (T, envs[, obs]) array.
+            o, a, lp, vals, rew, dn = (
+                np.stack([np.asarray([tr[f] for tr in b]) for b in batch], axis=1) for f in range(6)
+            )
+            # The value after each column's last transition: the next ready observation's
+            # (there is one unless the last transition ended its episode, where it is unused).
+            nxt = np.stack([q[0][0] if q else np.zeros(obs_dim, np.float32) for q in ready])
+            last_value = value(state[1], jnp.asarray(nxt))
+            key, update_key = jax.random.split(key)
+            rollout = (
+                jnp.asarray(o, jnp.float32),
+                jnp.asarray(a, jnp.int32),
+                jnp.asarray(lp, jnp.float32),
+                jnp.asarray(rew, jnp.float32),
+                jnp.asarray(dn, jnp.float32),
+                jnp.asarray(vals, jnp.float32),
+            )
+            state, stats = update(state, rollout, last_value, update_key)
+            updates += 1
+            record: dict[str, Any] = {
+                "update": updates,
+                "steps": steps,
+                "seconds": time.perf_counter() - start,
+                "episodes": len(returns),
+                "mean_return": float(np.mean(returns)) if returns else math.nan,
+                "mean_length": float(np.mean(lengths)) if lengths else math.nan,
+                **{k: float(v) for k, v in stats.items()},
+                **_reward_stats(rew),
+                **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
+            }
+            returns, lengths, infos_ended = [], [], {}
+            history.append(record)
+            if on_update is not None and on_update(record) is False:
+                updates = num_updates  # the caller's budget is spent
     return TrainResult(
         actor_params=_to_numpy(state[0]),
         critic_params=_to_numpy(state[1]),

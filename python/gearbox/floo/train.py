@@ -125,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.1,
         help="PPO's entropy bonus (0.1: the shipped policy's; with CleanRL's 0.01 it collapsed to Copa, docs/floo.md)",
     )
+    p.add_argument(
+        "--episode-reward-norm",
+        choices=("none", "std", "zscore"),
+        default="none",
+        help="Floo §3.3's episode-level reward normalisation: each finished episode's rewards divided by their "
+        "standard deviation (std) or standardised (zscore) before PPO learns from them (gearbox.floo.ppo."
+        "normalize_episode_rewards; docs/floo.md)",
+    )
     p.add_argument("--actor-lr", type=float, default=None, help="the actor's learning rate (default: Floo's 1e-4)")
     p.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: Floo's 2e-4)")
     args = p.parse_args(argv)
@@ -152,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "scenarios.json").write_text(json.dumps([asdict(s) for s in scenarios], indent=1) + "\n")
 
     config = ppo.PPOConfig(rollout_steps=args.rollout_steps, num_envs=args.envs)
-    overrides = {k: getattr(args, k) for k in ("ent_coef", "actor_lr", "critic_lr") if getattr(args, k) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in ("ent_coef", "actor_lr", "critic_lr", "episode_reward_norm")
+        if getattr(args, k) is not None
+    }
     config = ppo.PPOConfig(**{**asdict(config), **overrides})
     while (args.rollout_steps * args.envs) % config.num_minibatches:
         config = ppo.PPOConfig(**{**asdict(config), "num_minibatches": config.num_minibatches // 2})
