@@ -19,7 +19,8 @@ loader (RFC 9218 priorities, dependency order, a new connection per load) loads 
 and HTTP/3 `reps` times, alternating which version goes first. The page set is the kit's first `pages`
 pages of at most `max_page_bytes` (3 MB by default: the lab time of one 11 MB page at 0.5 Mbit/s is
 minutes per load; the docs say what this leaves out). One JSON line per load in
-`DIR/loads.jsonl`: the condition, the page, the version, the page load time (PLT). The page load time is
+`DIR/loads.jsonl`: the condition, the page, the version, the page load time (PLT) and the load event's
+time (what delays a browser's `load` event: every object but the data scripts fetch). The page load time is
 the fast proxy for Speed Index the issue asks for; Chromium's SI (`gearbox pages measure`) measures the
 same conditions and pages when wanted. `--jobs J` runs J conditions at once, each in its own namespaces.
 
@@ -647,7 +648,8 @@ SI_POLICIES = ("h2-only", "h3-only", "flexhttp", "oracle", "chromium-first", "ch
 def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path], metric: str = "plt") -> dict:
     """FlexHTTP §4's comparison by Speed Index in Chromium: per (condition, page) the median SI of each
     version; the model decides from the page's and the path's features as in `evaluate`. Also how
-    often our loader's ordering (the dataset's median PLT) agrees with Chromium's SI ordering."""
+    often our loader's ordering (the dataset's median PLT, or load event by `metric`) agrees with
+    Chromium's SI ordering."""
     si_rows, failed = read_si(si_paths)
     _, pages = read_dataset(dataset_dir)
     by: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
