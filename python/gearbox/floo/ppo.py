@@ -547,13 +547,7 @@ def _train(
                 for i in np.flatnonzero(done):
                     returns.append(float(episode_return[i]))
                     lengths.append(int(episode_length[i]))
-                    for k, values in final_info.items():
-                        present = final_info.get(f"_{k}")
-                        if k.startswith("_") or present is None or not present[i]:
-                            continue
-                        number = _numeric(values[i])
-                        if number is not None:
-                            infos_ended.setdefault(k, []).append(number)
+                    _collect_ended(final_info, i, infos_ended)
                 episode_return[done], episode_length[done] = 0.0, 0
             buffers["rewards"][t], buffers["dones"][t] = learn_reward, done
             obs = next_obs
@@ -562,20 +556,15 @@ def _train(
         key, update_key = jax.random.split(key)
         rollout = tuple(jnp.asarray(buffers[k]) for k in ("obs", "actions", "logp", "rewards", "dones", "values"))
         state, stats = update(state, rollout, last_value, update_key)
-        record: dict[str, Any] = {
-            "update": u,
-            "steps": steps,
-            "seconds": time.perf_counter() - start,
-            "episodes": len(returns),
-            "mean_return": float(np.mean(returns)) if returns else math.nan,
-            "mean_length": float(np.mean(lengths)) if lengths else math.nan,
-            **{k: float(v) for k, v in stats.items()},
-            **_reward_stats(buffers["rewards"]),
-            **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
-        }
+        record = _update_record(u, steps, start, returns, lengths, stats, buffers["rewards"], infos_ended)
         history.append(record)
         if on_update is not None and on_update(record) is False:
             break  # the caller's budget (e.g. `gearbox learn floo --max-minutes`) is spent
+    return _result(state, config, history, start)
+
+
+def _result(state: Any, config: PPOConfig, history: list[dict[str, Any]], start: float) -> TrainResult:
+    """The trained (actor, critic) as NumPy and how training went."""
     return TrainResult(
         actor_params=_to_numpy(state[0]),
         critic_params=_to_numpy(state[1]),
@@ -583,6 +572,31 @@ def _train(
         history=history,
         seconds=time.perf_counter() - start,
     )
+
+
+def _update_record(
+    update: int,
+    steps: int,
+    start: float,
+    returns: list[float],
+    lengths: list[int],
+    stats: dict[str, Any],
+    rewards: np.ndarray,
+    infos_ended: dict[str, list[float]],
+) -> dict[str, Any]:
+    """One update's line of the training history: progress, the episodes that ended since the
+    last line, the learner's statistics and the rewards it learned from."""
+    return {
+        "update": update,
+        "steps": steps,
+        "seconds": time.perf_counter() - start,
+        "episodes": len(returns),
+        "mean_return": float(np.mean(returns)) if returns else math.nan,
+        "mean_length": float(np.mean(lengths)) if lengths else math.nan,
+        **{k: float(v) for k, v in stats.items()},
+        **_reward_stats(rewards),
+        **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
+    }
 
 
 def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
@@ -593,6 +607,7 @@ def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
 
 
 def _collect_ended(final_info: dict[str, Any], i: int, infos_ended: dict[str, list[float]]) -> None:
+    """Adds the numeric `final_info` entries of ended environment `i` to `infos_ended`."""
     for k, values in final_info.items():
         present = final_info.get(f"_{k}")
         if k.startswith("_") or present is None or not present[i]:
@@ -714,28 +729,12 @@ def _train_episodic(
             )
             state, stats = update(state, rollout, last_value, update_key)
             updates += 1
-            record: dict[str, Any] = {
-                "update": updates,
-                "steps": steps,
-                "seconds": time.perf_counter() - start,
-                "episodes": len(returns),
-                "mean_return": float(np.mean(returns)) if returns else math.nan,
-                "mean_length": float(np.mean(lengths)) if lengths else math.nan,
-                **{k: float(v) for k, v in stats.items()},
-                **_reward_stats(rew),
-                **{f"info/{k}": float(np.mean(v)) for k, v in infos_ended.items()},
-            }
+            record = _update_record(updates, steps, start, returns, lengths, stats, rew, infos_ended)
             returns, lengths, infos_ended = [], [], {}
             history.append(record)
             if on_update is not None and on_update(record) is False:
                 updates = num_updates  # the caller's budget is spent
-    return TrainResult(
-        actor_params=_to_numpy(state[0]),
-        critic_params=_to_numpy(state[1]),
-        config=config,
-        history=history,
-        seconds=time.perf_counter() - start,
-    )
+    return _result(state, config, history, start)
 
 
 # ---------------------------------------------------------------------------------------
