@@ -263,7 +263,7 @@ def browser_dependencies(plan: PagePlan) -> dict[int, list[int]]:
     Rejected: the referrer alone as the dependency (the graph before this function). In
     Chromium the body's `fetch()` of a page with large data files starts after the head scripts;
     a loader that starts it with them shares the path with them from the first round trip and
-    finished the scripts (the page's load event) 2-4x later than Chromium on lossy slow paths
+    finished the scripts (the page's load event) later than Chromium on lossy slow paths
     (docs/flexhttp.md, "Our loader against Chromium").
     """
     by_id = {o.id: o for o in plan.objects}
