@@ -282,7 +282,8 @@ def read_dataset(
         "make it with `gearbox lab flexhttp dataset`"
         + ("; datasets made before the load event was recorded have PLT only" if field != "page_load_ms" else ""),
     )
-    rows = [r | {"page_load_ms": float(r[field])} for r in rows]
+    if field != "page_load_ms":
+        rows = [r | {"page_load_ms": float(r[field])} for r in rows]
     manifest = json.loads((path / "sites" / "pages.json").read_text())
     return rows, {p["name"]: p["features"] for p in manifest["pages"]}
 

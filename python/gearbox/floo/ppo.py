@@ -504,11 +504,12 @@ def _train(
         raise ValueError(f"PPO here needs a flat Box observation space, the env has {obs_space}")
     obs_dim, num_actions, n, T = obs_space.shape[0], int(action_space.n), config.num_envs, config.rollout_steps
 
-    if config.episode_reward_norm != "none":
-        return _train_episodic(envs, config, total_steps, seed, on_update, start)
     init, policy, value, update = _learner(config, obs_dim, num_actions)
     key, init_key = jax.random.split(jax.random.PRNGKey(seed))
     state = init(init_key)
+    if config.episode_reward_norm != "none":
+        learner = (policy, value, update, state, key)
+        return _train_episodic(envs, config, total_steps, seed, on_update, start, learner)
 
     buffers = {
         "obs": np.zeros((T, n, obs_dim), np.float32),
@@ -624,6 +625,7 @@ def _train_episodic(
     seed: int,
     on_update: Callable[[dict[str, Any]], bool | None] | None,
     start: float,
+    learner: tuple[Any, ...],
 ) -> TrainResult:
     """`_train` with Floo §3.3's episode-level reward normalisation
     (`config.episode_reward_norm`, `normalize_episode_rewards`).
@@ -645,12 +647,10 @@ def _train_episodic(
     the model for the next episode. The number of updates is `total_steps //
     (rollout_steps x envs)` as in `_train`; the environments run for as many more steps as
     the queues need (`steps` in the history counts every step taken). `mean_return` in the
-    history stays the raw (unnormalised) episode return."""
-    obs_space, action_space = envs.single_observation_space, envs.single_action_space
-    obs_dim, num_actions, n, T = obs_space.shape[0], int(action_space.n), config.num_envs, config.rollout_steps
-    init, policy, value, update = _learner(config, obs_dim, num_actions)
-    key, init_key = jax.random.split(jax.random.PRNGKey(seed))
-    state = init(init_key)
+    history stays the raw (unnormalised) episode return. `learner`: `_train`'s (policy,
+    value, update, initial state, key)."""
+    policy, value, update, state, key = learner
+    obs_dim, n, T = envs.single_observation_space.shape[0], config.num_envs, config.rollout_steps
 
     # One transition: (obs, action, logp, value, learn reward, done).
     pending: list[list[list[Any]]] = [[] for _ in range(n)]

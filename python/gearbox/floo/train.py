@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--episode-reward-norm",
-        choices=("none", "std", "zscore"),
+        choices=("none", "std", "zscore"),  # ppo.EPISODE_REWARD_NORMS (ppo loads JAX: imported when training starts)
         default="none",
         help="Floo §3.3's episode-level reward normalisation: each finished episode's rewards divided by their "
         "standard deviation (std) or standardised (zscore) before PPO learns from them (gearbox.floo.ppo."

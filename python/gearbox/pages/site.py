@@ -266,14 +266,13 @@ def browser_dependencies(plan: PagePlan) -> dict[int, list[int]]:
     finished the scripts (the page's load event) later than Chromium on lossy slow paths
     (docs/flexhttp.md, "Our loader against Chromium").
     """
-    by_id = {o.id: o for o in plan.objects}
     blocking = [o.id for o in plan.objects if o.kind == "css" or o.via == "script"]
     deps: dict[int, list[int]] = {}
     for o in plan.objects:
         if o.parent is None:
             deps[o.id] = []
             continue
-        parent = by_id[o.parent]
+        parent = plan.objects[o.parent]  # an object's id is its index in the plan
         after_head = (o.parent == 0 and o.via == "fetch") or o.via == "background" or parent.via == "script"
         deps[o.id] = sorted({o.parent, *blocking}) if after_head else [o.parent]
     return deps
