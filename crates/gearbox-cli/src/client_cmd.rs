@@ -165,8 +165,9 @@ pub struct ConnArgs {
     #[arg(long, value_name = "S", default_value_t = 60.0)]
     pub timeout_s: f64,
     /// No QUIC handshake is given up and no QUIC connection declared silent sooner than
-    /// this, seconds (default: the client's 1 s, and 2 s for a handshake, two of QUIC's
-    /// initial probe timeouts). A first handshake over a 300 ms path with 3% loss can need more.
+    /// this, seconds (default: the client's 1 s; for a handshake 2 s, two of QUIC's initial
+    /// probe timeouts, when the request can fall back to TCP, and 10 s, Chromium's handshake
+    /// limit, when it cannot: `--proto quic`, a page over HTTP/3).
     #[arg(long, value_name = "S")]
     pub quic_silence_floor_s: Option<f64>,
 }

@@ -451,6 +451,15 @@ impl Client {
         };
         let can_fall_back =
             matches!(req.transport, TransportPref::Auto | TransportPref::Race) && pref != TransportPref::Tcp;
+        // How long a new QUIC handshake may take (`crate::silence::handshake_bound`): short
+        // when the request has somewhere else to go, TCP here or, for a request whose path
+        // a path scheduler chose (`crate::multipath`), the load's other paths; up to
+        // Chromium's handshake limit when QUIC is all it has (a fixed `Quic`).
+        let quic_fallback = if can_fall_back || req.path_decision.is_some() {
+            silence::Fallback::Available
+        } else {
+            silence::Fallback::Unavailable
+        };
         let mut pref = pref;
         if can_fall_back && pref == TransportPref::Quic && self.quic_broken_for(&key.0).is_some() {
             p.fallback = Some("quic-broken");
@@ -461,7 +470,7 @@ impl Client {
             attempt += 1;
             let res = match pref {
                 TransportPref::H1 => self.send_h1(&key, &dial, url, req, None, p).await,
-                TransportPref::Quic => self.send_h3(&key, &dial, url, req, p).await,
+                TransportPref::Quic => self.send_h3(&key, &dial, url, req, quic_fallback, p).await,
                 TransportPref::Race => self.send_race(&key, &dial, url, req, p).await,
                 TransportPref::Tcp | TransportPref::Auto => self.send_h2(&key, &dial, url, req, p).await,
             };

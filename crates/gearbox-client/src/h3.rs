@@ -22,7 +22,7 @@ use crate::client::{lock_std, Client, ParsedUrl, Request};
 use crate::conn::{lock, ms_since, ConnInfo, Dial, Key, SnapshotSource};
 use crate::error::{from_quic, ClientError};
 use crate::exchange::{Exchanged, Failure, Progress};
-use crate::silence::{self, SilenceWatch};
+use crate::silence::{self, Fallback, SilenceWatch};
 
 /// The h3 request sender over quinn.
 pub(crate) type H3Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
@@ -201,17 +201,18 @@ fn route_source(server: SocketAddr) -> Option<IpAddr> {
 
 impl Client {
     /// HTTP/3 on the origin's one QUIC connection. A new connection's handshake is
-    /// bounded by `crate::silence::handshake_grace` (or the connect timeout, if shorter);
-    /// an exchange on a connection its silence watch declares silent ends at once with
-    /// [`ClientError::QuicSilent`]. Every failure here is marked `quic` (the client's
-    /// fallback rules may retry it over TCP), and `sent` once the request was handed to
-    /// the connection.
+    /// bounded by `crate::silence::handshake_bound` for the request's `fallback` (or the
+    /// connect timeout, if shorter); an exchange on a connection its silence watch
+    /// declares silent ends at once with [`ClientError::QuicSilent`]. Every failure here
+    /// is marked `quic` (the client's fallback rules may retry it over TCP), and `sent`
+    /// once the request was handed to the connection.
     pub(crate) async fn send_h3(
         &self,
         key: &Key,
         dial: &Dial<'_>,
         url: &ParsedUrl,
         req: &Request,
+        fallback: Fallback,
         p: &mut Progress,
     ) -> Result<Exchanged, Failure> {
         let addr = dial.target.addr.to_string();
@@ -223,7 +224,7 @@ impl Client {
         };
         let request = h3_request(url, req)?;
         let (conn, new) = self
-            .h3_connection(key, dial, req.force_new_connection)
+            .h3_connection(key, dial, req.force_new_connection, fallback)
             .await
             .map_err(quic_failure)?;
         p.attach(
@@ -270,21 +271,22 @@ impl Client {
 
     /// The origin's HTTP/3 connection on the path of `key` (and whether it is new):
     /// the pooled one while it is reusable and `force_new` is not set, else a new one,
-    /// its handshake bounded by `crate::silence::handshake_grace` (or the connect
-    /// timeout, if shorter). Requests that waited for a handshake that failed fail
-    /// with it.
+    /// its handshake bounded by `crate::silence::handshake_bound` for `fallback` (or the
+    /// connect timeout, if shorter). Requests that waited for a handshake that failed
+    /// fail with it (whichever request's bound it had).
     pub(crate) async fn h3_connection(
         &self,
         key: &Key,
         dial: &Dial<'_>,
         force_new: bool,
+        fallback: Fallback,
     ) -> Result<(Arc<H3Conn>, bool), ClientError> {
         let cfg = &self.inner.cfg;
         let slot = self.inner.pools.h3.slot(key);
         if force_new {
             // A connection of its own: dialed without the origin's slot, so requests that
             // each want one open theirs side by side, not one handshake after another.
-            let c = Arc::new(self.dial_h3(key, dial).await?);
+            let c = Arc::new(self.dial_h3(key, dial, fallback).await?);
             slot.lock().await.conn = Some(c.clone());
             return Ok((c, true));
         }
@@ -296,7 +298,7 @@ impl Client {
                 if let Some((_, why)) = guard.failed.as_ref().filter(|(at, _)| *at >= waiting_since) {
                     return Err(why.same_again());
                 }
-                let c = match self.dial_h3(key, dial).await {
+                let c = match self.dial_h3(key, dial, fallback).await {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
                         guard.failed = Some((Instant::now(), e.same_again()));
@@ -313,8 +315,9 @@ impl Client {
     }
 
     /// Opens an HTTP/3 connection to `key`'s origin from `dial.local`, its handshake
-    /// bounded by what the client knows of the path's RTT.
-    async fn dial_h3(&self, key: &Key, dial: &Dial<'_>) -> Result<H3Conn, ClientError> {
+    /// bounded by what the client knows of the path's RTT and whether the request has a
+    /// fallback (`crate::silence::handshake_bound`).
+    async fn dial_h3(&self, key: &Key, dial: &Dial<'_>, fallback: Fallback) -> Result<H3Conn, ClientError> {
         let cfg = &self.inner.cfg;
         let known_rtt = lock_std(&self.inner.race).quic_rtt(&key.0);
         let bounded = Dial {
@@ -322,9 +325,11 @@ impl Client {
             local: dial.local,
             tcp_cc: dial.tcp_cc,
             mptcp: dial.mptcp,
-            connect_timeout: dial
-                .connect_timeout
-                .min(silence::handshake_grace(known_rtt).max(cfg.quic_silence_floor)),
+            connect_timeout: dial.connect_timeout.min(silence::handshake_bound(
+                known_rtt,
+                fallback,
+                cfg.quic_silence_floor,
+            )),
         };
         self.open_quic(&bounded).await
     }

@@ -52,6 +52,7 @@ use crate::conn::{Dial, Key};
 use crate::error::ClientError;
 use crate::gear::TransportPref;
 use crate::page::{ObjectTiming, PageLoad};
+use crate::silence::Fallback;
 
 /// How to run a multipath page load.
 #[derive(Debug, Clone)]
@@ -155,7 +156,12 @@ impl Client {
             mptcp: self.inner.cfg.mptcp,
             connect_timeout: self.inner.cfg.connect_timeout,
         };
-        self.h3_connection(&key, &dial, fresh).await.map(|_| ())
+        // The other paths are this path's fallback: a path whose handshake fails is down
+        // and the load goes on without it, so the handshake is bounded as one with a
+        // fallback (`crate::silence::handshake_bound`).
+        self.h3_connection(&key, &dial, fresh, Fallback::Available)
+            .await
+            .map(|_| ())
     }
 
     /// The statistics of path `index`'s pooled connection to `authority` now (`None`

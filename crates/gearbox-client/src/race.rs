@@ -41,6 +41,7 @@ use crate::gear::TransportPref;
 use crate::h1::start_h1;
 use crate::h2::start_h2;
 use crate::h3::H3Conn;
+use crate::silence::Fallback;
 use crate::tcp::{open_tcp_tls, TcpTls};
 
 /// Floor of the TCP delay, and the delay when no RTT to the origin is known.
@@ -63,7 +64,7 @@ struct OriginRace {
     /// `BROKEN_BASE * 2^breaks`.
     breaks: u32,
     /// Last smoothed RTT of any QUIC request to the origin (whatever the mode): bounds
-    /// the next QUIC handshake (`crate::silence::handshake_grace`).
+    /// the next QUIC handshake (`crate::silence::handshake_bound`).
     quic_srtt_ms: Option<f64>,
 }
 
@@ -269,7 +270,7 @@ impl Client {
                     if live {
                         drop(racing);
                         p.race = Some("reuse-quic");
-                        return self.send_h3(key, dial, url, req, p).await;
+                        return self.send_h3(key, dial, url, req, Fallback::Available, p).await;
                     }
                 }
                 Some(TransportPref::Tcp) => {
@@ -304,7 +305,7 @@ impl Client {
                 self.inner.pools.h3.slot(key).lock().await.conn = Some(Arc::new(*conn));
                 drop(racing);
                 p.race = Some("quic");
-                let res = self.send_h3(key, dial, url, &pooled_req, p).await;
+                let res = self.send_h3(key, dial, url, &pooled_req, Fallback::Available, p).await;
                 p.new_connection = true;
                 res
             }

@@ -57,6 +57,23 @@
 //! Initial dropped by a full queue into a path taken out (seen in the emulator's
 //! multipath test, a 20 ms path whose queue other page loads were filling).
 //!
+//! That bound is short on purpose: it is for a request that has somewhere else to go
+//! when QUIC does not answer ([`Fallback::Available`]: the race and `auto` fall back to
+//! TCP, a multipath load carries on over its other paths), where waiting costs more than
+//! giving up. A request that can only go over QUIC ([`Fallback::Unavailable`]: a fixed
+//! `Quic` transport, forced HTTP/3) gains nothing by giving up early; the handshake only
+//! fails it. On a 300-500 ms path with a few percent loss, two lost Initials push a
+//! handshake past 2 s (quinn's probes go at about 1, 3 and 7 s), so such a request waits
+//! up to [`HANDSHAKE_LIMIT_WITHOUT_FALLBACK`], 10 s, what Chromium allows any QUIC
+//! handshake: QUICHE's `kMaxTimeForCryptoHandshakeSecs` (quiche/quic/core/
+//! quic_constants.h), the default of `QuicConfig`'s `max_time_before_crypto_handshake`
+//! and of Chromium's `QuicParams::max_time_before_crypto_handshake` (net/quic/
+//! quic_context.h). Chromium also closes a handshake that receives nothing for
+//! `kInitialIdleTimeoutSecs` (5 s, the same file); quinn tells nothing about a handshake
+//! in progress, so that shorter rule cannot be applied here, and a handshake into a
+//! blackhole waits the whole 10 s. ([`handshake_bound`]; the connect timeout, 10 s by
+//! default, still caps both.)
+//!
 //! [`SilenceClock`] is the rule as a sans-IO object (tested with invented time);
 //! [`SilenceWatch`] runs it for one connection in its own task.
 
@@ -80,6 +97,10 @@ pub const SILENCE_FLOOR: Duration = Duration::from_secs(1);
 /// The shortest bound on a QUIC handshake, and the bound when no RTT to the origin is
 /// known: two of quinn's initial PTOs.
 pub const HANDSHAKE_GRACE_FLOOR: Duration = Duration::from_secs(2);
+/// The bound on a QUIC handshake of a request without a fallback ([`Fallback::Unavailable`]):
+/// Chromium's limit on a crypto handshake, QUICHE's `kMaxTimeForCryptoHandshakeSecs`
+/// (quiche/quic/core/quic_constants.h).
+pub const HANDSHAKE_LIMIT_WITHOUT_FALLBACK: Duration = Duration::from_secs(10);
 /// How often a watched connection's statistics are read while requests are outstanding.
 pub const POLL: Duration = Duration::from_millis(25);
 
@@ -101,6 +122,31 @@ pub fn silent_after(srtt: Duration) -> Duration {
 pub fn handshake_grace(srtt: Option<Duration>) -> Duration {
     srtt.map_or(HANDSHAKE_GRACE_FLOOR, silent_after)
         .max(HANDSHAKE_GRACE_FLOOR)
+}
+
+/// Whether a request whose QUIC handshake fails has somewhere else to go, which decides
+/// how long the handshake may take ([`handshake_bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// It has: TCP (`auto`, the race) or another path (a multipath load). The handshake
+    /// is given up after [`handshake_grace`].
+    Available,
+    /// It has not (a fixed `Quic` transport, forced HTTP/3): the handshake may take up
+    /// to [`HANDSHAKE_LIMIT_WITHOUT_FALLBACK`].
+    Unavailable,
+}
+
+/// The bound on a new QUIC handshake: [`handshake_grace`] of the last RTT seen to the
+/// origin when the request has a fallback, else at least
+/// [`HANDSHAKE_LIMIT_WITHOUT_FALLBACK`] (never less than with one); never less than
+/// `floor` (the client's `quic_silence_floor`) either way.
+pub fn handshake_bound(srtt: Option<Duration>, fallback: Fallback, floor: Duration) -> Duration {
+    let grace = handshake_grace(srtt);
+    let bound = match fallback {
+        Fallback::Available => grace,
+        Fallback::Unavailable => grace.max(HANDSHAKE_LIMIT_WITHOUT_FALLBACK),
+    };
+    bound.max(floor)
 }
 
 /// The rule of the module doc over one connection's readings.
@@ -280,6 +326,28 @@ mod tests {
         assert_eq!(handshake_grace(Some(ms(20))), HANDSHAKE_GRACE_FLOOR);
         assert_eq!(handshake_grace(Some(ms(100))), HANDSHAKE_GRACE_FLOOR);
         assert_eq!(handshake_grace(Some(ms(200))), ms(200 + 4 * 625));
+    }
+
+    #[test]
+    fn a_handshake_without_a_fallback_may_take_chromiums_ten_seconds() {
+        let floor = SILENCE_FLOOR;
+        // With a fallback: exactly the grace (today's bound).
+        for rtt in [None, Some(ms(20)), Some(ms(200)), Some(ms(1_000))] {
+            assert_eq!(handshake_bound(rtt, Fallback::Available, floor), handshake_grace(rtt));
+        }
+        assert_eq!(handshake_bound(None, Fallback::Available, floor), ms(2_000));
+        // Without one: 10 s, or the grace where a very long RTT makes that longer.
+        assert_eq!(handshake_bound(None, Fallback::Unavailable, floor), ms(10_000));
+        assert_eq!(handshake_bound(Some(ms(300)), Fallback::Unavailable, floor), ms(10_000));
+        // 0.2 + 4 x (3 + 0.025) = 12.3 s.
+        assert_eq!(
+            handshake_bound(Some(ms(1_000)), Fallback::Unavailable, floor),
+            ms(12_300)
+        );
+        // The client's silence floor raises both.
+        let high = ms(15_000);
+        assert_eq!(handshake_bound(None, Fallback::Available, high), high);
+        assert_eq!(handshake_bound(None, Fallback::Unavailable, high), high);
     }
 
     #[test]

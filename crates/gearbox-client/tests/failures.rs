@@ -446,3 +446,170 @@ async fn a_quic_path_blackholed_mid_response_ends_in_a_typed_error_with_a_record
     let _ = stop.send(());
     let _ = bounded(serving).await;
 }
+
+/// A front for our edge whose UDP side drops every datagram from the client until `hold`
+/// has passed since the first one (the client's Initials are lost, as on a lossy path,
+/// and only quinn's later probes get through) and forwards everything else both ways; its
+/// TCP side, on the same port number, forwards connections to the edge's TCP listener,
+/// so a request that falls back to TCP finds the edge. Returns the port the client dials
+/// and the count of the client's datagrams dropped.
+async fn late_handshake_front(
+    edge_quic: SocketAddr,
+    edge_tcp: SocketAddr,
+    hold: Duration,
+) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // A UDP port whose TCP twin is free too.
+    let (front, tcp) = loop {
+        let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = front.local_addr().unwrap().port();
+        if let Ok(tcp) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            break (front, tcp);
+        }
+    };
+    let port = front.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(edge_tcp).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    back.connect(edge_quic).await.unwrap();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let counted = dropped.clone();
+    tokio::spawn(async move {
+        let mut client = None;
+        let mut first_at: Option<Instant> = None;
+        let (mut up, mut down) = (vec![0u8; 65536], vec![0u8; 65536]);
+        loop {
+            tokio::select! {
+                r = front.recv_from(&mut up) => {
+                    let Ok((n, from)) = r else { return };
+                    client = Some(from);
+                    let first = *first_at.get_or_insert_with(Instant::now);
+                    if first.elapsed() < hold {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let _ = back.send(&up[..n]).await;
+                    }
+                }
+                r = back.recv(&mut down) => {
+                    let Ok(n) = r else { return };
+                    if let Some(c) = client {
+                        let _ = front.send_to(&down[..n], c).await;
+                    }
+                }
+            }
+        }
+    });
+    (port, dropped)
+}
+
+/// How long the front drops the client's first datagrams: past the 2 s bound on a first
+/// handshake with a fallback (`silence::HANDSHAKE_GRACE_FLOOR`), short of quinn's second
+/// probe (about 3 s after its first Initial: PTOs of 1 s, then 2 s).
+const INITIALS_LOST_FOR: Duration = Duration::from_millis(2_500);
+
+#[tokio::test]
+async fn a_quic_only_request_waits_out_a_handshake_whose_first_initials_are_lost() {
+    let site = common::Site::new();
+    let edge = site.default_edge().await;
+    let (quic, tcp) = (edge.quic_addr(), edge.tcp_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(edge.serve(async move {
+        let _ = stopped.await;
+    }));
+    let (port, dropped) = late_handshake_front(quic, tcp, INITIALS_LOST_FOR).await;
+    // The default connect timeout (10 s): the only bound then is the client's own.
+    let client = Client::new(ClientConfig {
+        trust: Trust::Roots(vec![site.cert()]),
+        ..ClientConfig::default()
+    })
+    .unwrap();
+    bounded(async {
+        let (result, record) = client
+            .request_with_record(Request::get(
+                format!("https://127.0.0.1:{port}/bytes/1000"),
+                TransportPref::Quic,
+            ))
+            .await;
+        // The 2 s bound of a request with a fallback gave this one up with a `timeout`;
+        // without a fallback it waits for quinn's probe that gets through.
+        let response = result.expect("QUIC is all this request has: it waits for the handshake");
+        assert_eq!(response.status, 200);
+        assert_eq!(response.body.len(), 1000);
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "the front dropped no Initial"
+        );
+        assert_eq!(record.error, None);
+        assert_eq!(record.protocol, gearbox_client::Protocol::H3);
+        assert!(record.new_connection);
+        assert_eq!(record.retried_from, None);
+        assert_eq!(record.decision.as_deref(), Some("fixed:quic"));
+        // Nothing reached the edge before the hold ended, so the handshake outlasted it.
+        let handshake = record.handshake_ms.expect("a new connection has its handshake time");
+        assert!(
+            handshake >= INITIALS_LOST_FOR.as_secs_f64() * 1e3,
+            "handshake of {handshake} ms while the front held the Initials"
+        );
+    })
+    .await;
+    client.close_connections().await;
+    let _ = stop.send(());
+    let _ = bounded(serving).await;
+}
+
+#[tokio::test]
+async fn with_a_tcp_fallback_the_same_late_handshake_is_given_up_for_tcp() {
+    let site = common::Site::new();
+    let edge = site.default_edge().await;
+    let (quic, tcp) = (edge.quic_addr(), edge.tcp_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(edge.serve(async move {
+        let _ = stopped.await;
+    }));
+    let (port, _) = late_handshake_front(quic, tcp, INITIALS_LOST_FOR).await;
+    // `auto` with a gear that picks QUIC: TCP is the fallback.
+    let client = Client::with_gear(
+        ClientConfig {
+            trust: Trust::Roots(vec![site.cert()]),
+            ..ClientConfig::default()
+        },
+        Box::new(gearbox_client::StaticTransport::new(TransportPref::Quic)),
+    )
+    .unwrap();
+    let origin = format!("127.0.0.1:{port}");
+    bounded(async {
+        let (result, record) = client
+            .request_with_record(Request::get(
+                format!("https://{origin}/bytes/1000"),
+                TransportPref::Auto,
+            ))
+            .await;
+        let response = result.expect("the request falls back to TCP");
+        assert_eq!(response.status, 200);
+        // The handshake was given up (2 s, before any Initial got through) and the
+        // request went over TCP: today's bound for a request with a fallback.
+        assert_eq!(record.error, None);
+        assert_eq!(record.retried_from, Some(gearbox_client::Protocol::H3));
+        assert_ne!(record.protocol, gearbox_client::Protocol::H3);
+        assert!(
+            record
+                .decision
+                .as_deref()
+                .is_some_and(|d| d.ends_with(";fallback=tcp-retry")),
+            "{:?}",
+            record.decision
+        );
+        assert!(client.quic_broken_for(&origin).is_some(), "QUIC marked broken");
+    })
+    .await;
+    client.close_connections().await;
+    let _ = stop.send(());
+    let _ = bounded(serving).await;
+}

@@ -32,7 +32,7 @@ mod spec;
 
 pub use cdf::{Cdf, CdfError};
 pub use generate::{request_bytes_for_get, Limit, Request, RequestStream};
-pub use page::{generate_page, KindSpec, ObjectKind, Page, PageError, PageObject, PageSpec};
+pub use page::{generate_page, Dependencies, KindSpec, ObjectKind, Page, PageError, PageObject, PageSpec};
 pub use spec::{
     BulkSpec, ClickSpec, ClientSpec, ConnectionReuse, Pattern, WorkloadError, WorkloadSpec, DEFAULT_MSS_BYTES,
 };

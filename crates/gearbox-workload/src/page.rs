@@ -9,8 +9,41 @@
 //!
 //! The generator draws a page's file count from a table, the kind of each non-root object
 //! in proportion to FlexHTTP Table 1's per-kind file counts, each size from the kind's size
-//! table, and each object's parent among the objects of the kind it is discovered from.
-//! Objects are numbered in discovery order, so dependencies always point to lower ids.
+//! table, and each object's parent (its referrer) among the objects of the kind it is
+//! discovered from. Objects are numbered in discovery order, so every parent has a lower id.
+//!
+//! An object depends on what a browser has finished before it requests the object
+//! ([`Dependencies::Browser`], the default), not on its referrer alone: the loaders (the
+//! client's page load, the simulator's) request an object the moment its dependencies are
+//! complete, so the graph is the request order. The rule is the page kit's
+//! (`gearbox.pages.site.browser_dependencies`, python/gearbox/pages/site.py), read onto
+//! this generator's objects, which have a referrer but no place in a document: stylesheets
+//! and scripts found in the HTML are taken to be in its head, the scripts neither `async`
+//! nor `defer`, as the page kit writes its sites.
+//!
+//! - Requested once the referrer is complete: what the HTML references (stylesheets, head
+//!   scripts, `<img>` images, preloaded fonts; the preload scanner finds them while the
+//!   parser waits), a stylesheet's `@import`, and whatever a script inserted by another
+//!   script requests (such a script runs as soon as it arrives).
+//! - A parser-blocking script runs only once the stylesheets before it have loaded and the
+//!   scripts before it have run, so the parser leaves the head only when every stylesheet
+//!   reached from the HTML (with its imports) and every head script is complete: the
+//!   *blocking set*. What comes after the head also waits for the whole blocking set: data
+//!   the HTML's body fetches ([`ObjectKind::Other`] from the HTML, an inline `fetch()`),
+//!   what a blocking stylesheet references other than imports (background images, fonts:
+//!   the body's elements that use them are parsed after the head), and everything a head
+//!   script requests (its work waits for DOMContentLoaded).
+//!
+//! Such an object depends on its referrer and the blocking set. A script inserted by a head
+//! script is then discovered after every head stylesheet and script, so when the draw put
+//! it before one of them the objects are renumbered in dependency order (ties by the drawn
+//! order; nothing moves in a page without such a script), and every dependency still has a
+//! lower id. [`Dependencies::Referrer`] keeps the graph of before this rule (each object on
+//! its referrer only) for reproducing figures measured with it. Rejected: the referrer alone
+//! as the default; a loader following it starts a body's data fetches and a script's
+//! insertions beside the head's stylesheets and scripts, which a browser does not, and on
+//! slow lossy paths it shared the path with them and finished the head later than
+//! Chromium (docs/flexhttp.md, "Our loader against Chromium").
 //!
 //! Rejected alternative: replaying the SPDY-era dependency graphs SAILfish trained on.
 //! They are not in the papers and cannot be downloaded here; a generator fed by the
@@ -237,6 +270,18 @@ impl Page {
     }
 }
 
+/// What a generated object depends on (`dependencies` in `[page]`; module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dependencies {
+    /// What a browser has finished before it requests the object: its referrer, and for
+    /// what comes after the head also every head stylesheet and head script.
+    #[default]
+    Browser,
+    /// Its referrer alone (the generator's graph before [`Dependencies::Browser`]).
+    Referrer,
+}
+
 /// How pages are generated (the `[page]` section of a workload file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -246,6 +291,9 @@ pub struct PageSpec {
     /// Milliseconds from the start of one page load to the start of the next, when a
     /// workload of pages is turned into requests.
     pub think_time_ms: Cdf,
+    /// What an object depends on (default: [`Dependencies::Browser`]).
+    #[serde(default)]
+    pub dependencies: Dependencies,
     /// The HTML root (`files_per_page` and discovery shares must be 0).
     pub html: KindSpec,
     /// Stylesheets.
@@ -407,6 +455,10 @@ impl PageSpec {
                 _ => {}
             }
         }
+        if self.dependencies == Dependencies::Browser {
+            browser_dependencies(&mut objects);
+            objects = renumbered_in_dependency_order(objects);
+        }
         Page { objects }
     }
 
@@ -415,11 +467,87 @@ impl PageSpec {
         let size_bytes = spec.size_bytes.sample(rng).round().max(1.0) as u64;
         PageObject {
             id,
-            path: format!("/bytes/{size_bytes}?object={id}.{}", kind.extension()),
+            path: object_path(id, kind, size_bytes),
             kind,
             size_bytes,
             priority: spec.urgency,
             depends_on,
+        }
+    }
+}
+
+/// The request path of a generated object.
+fn object_path(id: usize, kind: ObjectKind, size_bytes: u64) -> String {
+    format!("/bytes/{size_bytes}?object={id}.{}", kind.extension())
+}
+
+/// `objects` renumbered in [`Page::topological_order`] (ties by id), their dependencies and
+/// paths rewritten to the new ids, so every dependency has a lower id. Objects already in
+/// such an order keep their ids; a graph that has no order is left as it is.
+fn renumbered_in_dependency_order(objects: Vec<PageObject>) -> Vec<PageObject> {
+    let page = Page { objects };
+    let Ok(order) = page.topological_order() else {
+        return page.objects;
+    };
+    if order.iter().enumerate().all(|(position, &id)| position == id) {
+        return page.objects;
+    }
+    let mut new_id = vec![0; order.len()];
+    for (position, &id) in order.iter().enumerate() {
+        new_id[id] = position;
+    }
+    order
+        .iter()
+        .enumerate()
+        .map(|(id, &old)| {
+            let o = &page.objects[old];
+            let mut depends_on: Vec<usize> = o.depends_on.iter().map(|&d| new_id[d]).collect();
+            depends_on.sort_unstable();
+            PageObject {
+                id,
+                path: object_path(id, o.kind, o.size_bytes),
+                kind: o.kind,
+                size_bytes: o.size_bytes,
+                priority: o.priority,
+                depends_on,
+            }
+        })
+        .collect()
+}
+
+/// Rewrites the dependencies of `objects`, each depending on its referrer alone (its one
+/// entry of `depends_on`, with a lower id), into what a browser has finished before it
+/// requests the object ([`Dependencies::Browser`]; the rule in the module documentation).
+fn browser_dependencies(objects: &mut [PageObject]) {
+    let parent = |o: &PageObject| o.depends_on.first().copied();
+    // The blocking set, in id order (a parent's membership is known before its children's).
+    let mut blocking = vec![false; objects.len()];
+    for o in objects.iter() {
+        blocking[o.id] = match (o.kind, parent(o)) {
+            (ObjectKind::Js, Some(0)) => true,
+            (ObjectKind::Css, Some(p)) => p == 0 || (blocking[p] && objects[p].kind == ObjectKind::Css),
+            _ => false,
+        };
+    }
+    let blocking_ids: Vec<usize> = (0..objects.len()).filter(|&id| blocking[id]).collect();
+    let after_head: Vec<bool> = objects
+        .iter()
+        .map(|o| match parent(o) {
+            None => false,
+            Some(0) => o.kind == ObjectKind::Other,
+            Some(p) => match objects[p].kind {
+                ObjectKind::Css => blocking[p] && o.kind != ObjectKind::Css,
+                ObjectKind::Js => blocking[p],
+                _ => false,
+            },
+        })
+        .collect();
+    for o in objects.iter_mut() {
+        if let (true, Some(p)) = (after_head[o.id], o.depends_on.first().copied()) {
+            let mut deps: Vec<usize> = blocking_ids.iter().copied().chain([p]).collect();
+            deps.sort_unstable();
+            deps.dedup();
+            o.depends_on = deps;
         }
     }
 }
@@ -499,6 +627,127 @@ mod tests {
             })
         );
         assert_eq!(Page { objects: vec![] }.validate(), Err(PageError::Empty));
+    }
+
+    #[test]
+    fn what_comes_after_the_head_waits_for_every_head_stylesheet_and_script() {
+        use ObjectKind::*;
+        // Each object on its referrer, as the generator draws them.
+        let referrers = [
+            (Html, None),
+            (Css, Some(0)),    // 1: <link> in the head
+            (Css, Some(1)),    // 2: @import of 1
+            (Js, Some(0)),     // 3: head script
+            (Js, Some(3)),     // 4: inserted by head script 3
+            (Js, Some(0)),     // 5: head script, after 4 in id order
+            (Image, Some(0)),  // 6: <img>
+            (Image, Some(2)),  // 7: background image of the imported stylesheet
+            (Font, Some(1)),   // 8: font of stylesheet 1
+            (Other, Some(0)),  // 9: the body's inline fetch()
+            (Other, Some(4)),  // 10: fetched by inserted script 4
+            (Image, Some(3)),  // 11: inserted by head script 3
+            (Css, Some(3)),    // 12: stylesheet inserted by head script 3
+            (Image, Some(12)), // 13: background image of that stylesheet
+            (Font, Some(0)),   // 14: preloaded by the HTML
+        ];
+        let mut objects: Vec<PageObject> = referrers
+            .iter()
+            .enumerate()
+            .map(|(id, &(kind, parent))| object(id, kind, parent.into_iter().collect()))
+            .collect();
+        browser_dependencies(&mut objects);
+        let deps: Vec<Vec<usize>> = objects.iter().map(|o| o.depends_on.clone()).collect();
+        let head = vec![1, 2, 3, 5];
+        let expected: Vec<Vec<usize>> = vec![
+            vec![],
+            vec![0],
+            vec![1],
+            vec![0],
+            head.clone(), // runs after DOMContentLoaded: the head, its inserter 3 among it
+            vec![0],
+            vec![0],
+            head.clone(),
+            head.clone(),
+            vec![0, 1, 2, 3, 5],
+            vec![4],
+            head.clone(),
+            head.clone(),
+            vec![12],
+            vec![0],
+        ];
+        assert_eq!(deps, expected);
+        // Script 4 waits for head script 5, so it is discovered after it: renumbered, the
+        // two swap and every dependency has a lower id.
+        let renumbered = renumbered_in_dependency_order(objects);
+        let kinds: Vec<(usize, ObjectKind)> = renumbered.iter().map(|o| (o.id, o.kind)).collect();
+        assert_eq!(&kinds[3..6], &[(3, Js), (4, Js), (5, Js)]);
+        assert_eq!(renumbered[4].depends_on, vec![0], "old 5, a head script");
+        assert_eq!(renumbered[5].depends_on, vec![1, 2, 3, 4], "old 4, after the head");
+        assert_eq!(renumbered[10].depends_on, vec![5], "fetched by old 4");
+        assert_eq!(renumbered[9].depends_on, vec![0, 1, 2, 3, 4]);
+        assert_eq!(renumbered[5].path, "/bytes/1?object=5.js");
+        assert!(renumbered.iter().all(|o| o.depends_on.iter().all(|&d| d < o.id)));
+        Page { objects: renumbered }.validate().unwrap();
+    }
+
+    #[test]
+    fn browser_dependencies_change_only_the_graph_of_a_generated_page() {
+        let browser = WorkloadSpec::builtin("page").unwrap().page.unwrap();
+        assert_eq!(browser.dependencies, Dependencies::Browser, "the built-in default");
+        let referrer = PageSpec {
+            dependencies: Dependencies::Referrer,
+            ..browser.clone()
+        };
+        let (mut widened, mut renumbered) = (0, 0);
+        for seed in 0..300 {
+            let (b, r) = (browser.generate_page(seed), referrer.generate_page(seed));
+            b.validate().unwrap_or_else(|e| panic!("page {seed}: {e}"));
+            // The same objects (kind, size, urgency), each dependency on a lower id.
+            let drawn = |p: &Page| {
+                let mut v: Vec<_> = p.objects.iter().map(|o| (o.kind, o.size_bytes, o.priority)).collect();
+                v.sort_unstable();
+                v
+            };
+            assert_eq!(drawn(&b), drawn(&r), "page {seed}");
+            for o in &b.objects {
+                assert!(o.depends_on.iter().all(|&d| d < o.id), "page {seed}: {o:?}");
+                assert_eq!(o.path, object_path(o.id, o.kind, o.size_bytes));
+            }
+            let same_ids = b
+                .objects
+                .iter()
+                .zip(&r.objects)
+                .all(|(x, y)| (x.kind, x.size_bytes) == (y.kind, y.size_bytes));
+            if !same_ids {
+                renumbered += 1;
+                continue;
+            }
+            // Not renumbered: the same ids and paths, each object on its referrer and
+            // possibly more.
+            for (bo, ro) in b.objects.iter().zip(&r.objects) {
+                assert_eq!(bo.path, ro.path);
+                assert!(ro.depends_on.len() <= 1 && ro.depends_on.iter().all(|d| bo.depends_on.contains(d)));
+                widened += usize::from(bo.depends_on.len() > ro.depends_on.len());
+            }
+        }
+        assert!(widened > 0, "no object of 300 pages waits for the head");
+        assert!(renumbered < 300, "{renumbered} of 300 pages renumbered");
+    }
+
+    #[test]
+    fn a_workload_file_picks_the_referrer_graph_by_name() {
+        let text = WorkloadSpec::builtin_text("page").unwrap();
+        let line = "dependencies = \"browser\"";
+        assert!(text.contains(line), "the built-in file names its rule");
+        let with = |value: &str| {
+            let edited = text.replacen(line, &format!("dependencies = \"{value}\""), 1);
+            WorkloadSpec::from_toml_str(&edited, "page.toml")
+        };
+        let spec = with("referrer").unwrap();
+        assert_eq!(spec.page.as_ref().unwrap().dependencies, Dependencies::Referrer);
+        let page = spec.generate_page(3).unwrap();
+        assert!(page.objects[1..].iter().all(|o| o.depends_on.len() == 1));
+        assert!(with("parser").is_err(), "an unknown rule is refused");
     }
 
     #[test]
