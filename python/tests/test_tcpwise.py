@@ -231,6 +231,42 @@ def test_pooled_clusters_too_few_together_keep_others_set(tmp_path: Path):
     assert r.table.index()[("others", None)].iw == (10, 15) and len(r.table.entries) == 1
 
 
+def test_a_pooled_entry_compared_per_cluster_is_not_swayed_by_which_slash_24s_drew_an_iw(tmp_path: Path):
+    # In each /24 IW 15 is 5% faster than IW 10, but the slow /24 drew IW 15 three times as
+    # often, so IW 15's pooled p80 is the slow /24's and Algorithm 1 on the raw pool picks 10.
+    t = table(ClusterEntry("others", (10, 15)))
+    fast = [
+        r
+        for r in ab_records("others", [10, 15], {10: 100.0, 15: 95.0}, 150, client="192.0.2.9:4000")
+        if r["iw"]["iw"] == 10
+    ] + [
+        r
+        for r in ab_records("others", [10, 15], {10: 100.0, 15: 95.0}, 50, client="192.0.2.9:4000")
+        if r["iw"]["iw"] == 15
+    ]
+    slow = [
+        r
+        for r in ab_records("others", [10, 15], {10: 1000.0, 15: 950.0}, 50, client="198.51.100.3:4000")
+        if r["iw"]["iw"] == 10
+    ] + [
+        r
+        for r in ab_records("others", [10, 15], {10: 1000.0, 15: 950.0}, 150, client="198.51.100.3:4000")
+        if r["iw"]["iw"] == 15
+    ]
+    # A /24 that drew only IW 15 says nothing about IW 10 and is left out of the comparison.
+    lone = [
+        r
+        for r in ab_records("others", [10, 15], {10: 5000.0, 15: 5000.0}, 20, client="203.0.113.7:4000")
+        if r["iw"]["iw"] == 15
+    ]
+    samples = samples_for(tmp_path, fast + slow + lone)
+    raw = learn(t, samples, CFG, T0).table.index()[("others", None)]
+    assert raw.iw == (10, 5), raw.reason
+    per = learn(t, samples, LearnConfig(pooled_by_cluster=True), T0).table.index()[("others", None)]
+    assert per.iw == (15, 20), per.reason
+    assert "per-/24 normalised latencies of 2 /24s" in (per.reason or "")
+
+
 def test_an_hourless_entry_is_learned_per_hour(tmp_path: Path):
     t = table(
         ClusterEntry("10.1.2.0/24", (10, 15)),

@@ -64,6 +64,15 @@ class LearnConfig:
     """The guard's bound: the mean extra lost packets per response, as a share of the extra
     initial window (0.5: a larger IW stops winning once half of what it adds is lost)."""
 
+    pooled_by_cluster: bool = False
+    """gearbox's addition, not the seed's, off by default (docs/tcpwise.md "Pooled entries
+    compared per cluster"): in an entry that pools several client /24s (`others`), each
+    sample's latency is divided by the median latency of its own /24's samples in the
+    interval before the percentile is taken, and only /24s with samples of every IW of the
+    set take part. The seed's `others` pools millions of flows; a lab's pools a few dozen
+    /24s whose latencies differ by 50x, so the pooled p80 of each IW says more about which
+    /24s happened to draw it than about the IW."""
+
     def __post_init__(self) -> None:
         problems = []
         if self.delta < 1:

@@ -20,6 +20,7 @@ instead was rejected: the parent's set has just been measured on them.
 from __future__ import annotations
 
 import ipaddress
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -87,6 +88,32 @@ def _latencies(samples: list[IwSample]) -> dict[int, list[float]]:
     return out
 
 
+def _latencies_per_cluster(
+    samples: list[IwSample], iw_set: tuple[int, ...], config: LearnConfig
+) -> tuple[dict[int, list[float]], int]:
+    """Each IW's latencies in a pooled entry, compared per cluster (`LearnConfig.pooled_by_cluster`):
+    a sample's latency over the median of its own /24's samples, times the median of all the
+    samples kept (so that the values read as milliseconds of a typical /24); /24s without a
+    sample of every IW of the set are left out, and so are samples without a client address.
+    Returns the latencies and the number of /24s kept."""
+    by_cluster: dict[str, list[IwSample]] = defaultdict(list)
+    for s in samples:
+        ip = client_ip(s.client_addr)
+        if ip is not None:
+            by_cluster[cluster_of(ip, config)].append(s)
+    wanted = set(iw_set)
+    kept = [part for part in by_cluster.values() if wanted <= {s.iw for s in part}]
+    if not kept:
+        return {}, 0
+    scale = statistics.median(s.latency_ms for part in kept for s in part)
+    out: dict[int, list[float]] = defaultdict(list)
+    for part in kept:
+        mid = statistics.median(s.latency_ms for s in part)
+        for s in part:
+            out[s.iw].append(s.latency_ms / mid * scale if mid > 0 else s.latency_ms)
+    return out, len(kept)
+
+
 def _losses(samples: list[IwSample]) -> dict[int, list[int]]:
     """Each IW's lost packets per response, of the samples that report them (the loss guard)."""
     out: dict[int, list[int]] = defaultdict(list)
@@ -152,7 +179,19 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
             new_entries.append(new)
             result.decisions[new.key] = d
         iw_set, clamp_note = _bounded(entry, config)
-        d = decision_making(iw_set, _latencies(pooled), config, _losses(pooled))
+        if config.pooled_by_cluster and entry.prefix == OTHERS:
+            lat, kept = _latencies_per_cluster(pooled, iw_set, config)
+            d = decision_making(iw_set, lat, config, _losses(pooled))
+            d = Decision(
+                d.iw_set,
+                d.moved,
+                d.best,
+                f"per-/24 normalised latencies of {kept} /24s with every IW of the set: {d.reason}",
+                d.counts,
+                d.p80_ms,
+            )
+        else:
+            d = decision_making(iw_set, _latencies(pooled), config, _losses(pooled))
         if len(pooled) < len(own):
             note = f"{len(own) - len(pooled)} samples went to entries of their own; pooled rest: "
             d = Decision(d.iw_set, d.moved, d.best, note + d.reason, d.counts, d.p80_ms)
