@@ -206,6 +206,66 @@ def test_the_baseline_reward_is_zero_for_the_baselines_own_choice_and_not_otherw
         CcaSelectionEnv(start_cca="reno")
 
 
+def test_a_switch_is_charged_the_switch_cost_and_a_stay_is_not(tmp_path: Path) -> None:
+    import numpy as np
+
+    from gearbox.sim.envs import ACTIONS, OBS_NAMES, CcaSelectionEnv
+
+    s = scenarios.evaluation_set({"cellular-mobile": 1})[0]
+    config = s.config(tmp_path, 90.0, seed=2)
+    one_hot = [OBS_NAMES.index(f"cca_{a}") for a in ACTIONS]
+    copa, cubic = ACTIONS.index("copa"), ACTIONS.index("cubic")
+    # From a Copa start: stay, ask for Cubic, ask again, back to Copa, then stay on Copa.
+    plan = [copa, cubic, cubic, copa] + [copa] * 20
+
+    def run(cost: float) -> tuple[list[float], list[bool], list[bool], dict]:
+        env = CcaSelectionEnv(scenarios=[config], period_s=6.0, reward="baseline", start_cca="copa", switch_cost=cost)
+        obs, _ = env.reset(seed=4)
+        rewards, switched, expected, info, done = [], [], [], {}, False
+        for action in plan:
+            # A switch: a choice other than the controller the observation's one-hot says runs.
+            running = int(np.argmax(obs[one_hot])) if obs[one_hot].any() else None
+            expected.append(running is not None and action != running)
+            obs, reward, done, _, info = env.step(action)
+            rewards.append(reward)
+            switched.append(env.last_switched)
+            if done:
+                break
+        assert done, "the plan covers the episode"
+        return rewards, switched, expected, info
+
+    free, free_switched, _, free_info = run(0.0)
+    charged, switched, expected, info = run(0.25)
+    # The cost changes rewards, not the simulation: the same switches, the same requests.
+    assert switched == free_switched == expected
+    assert switched[0] is False and switched[1] is True and switched[-1] is False
+    assert info["episode_switches"] == free_info["episode_switches"] == sum(switched)
+    assert info["episode_mean_rct_ms"] == free_info["episode_mean_rct_ms"]
+    for r, r0, sw in zip(charged, free, switched, strict=True):
+        assert r == (r0 - 0.25 if sw else r0)
+    # Copa all along from a Copa start: never a switch, every reward the reference's 0.
+    env = CcaSelectionEnv(scenarios=[config], period_s=6.0, reward="baseline", start_cca="copa", switch_cost=0.25)
+    env.reset(seed=4)
+    done = False
+    while not done:
+        _, reward, done, _, info = env.step(copa)
+        assert reward == 0.0 and not env.last_switched
+    assert info["episode_switches"] == 0
+    with pytest.raises(ValueError, match="switch_cost must be a finite number >= 0"):
+        CcaSelectionEnv(switch_cost=-0.1)
+
+
+def test_learn_floo_records_the_switch_cost(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "floo"
+    args = ["--out", str(out), "--steps", "16", "--envs", "2", "--scenarios", "3", "--episode-s", "40"]
+    assert train.main([*args, "--rollout-steps", "8", "--switch-cost", "0.1", "--in-process"]) == 0
+    info = json.loads((out / "policy.json").read_text())["info"]
+    assert info["switch_cost"] == 0.1
+    with pytest.raises(SystemExit):
+        train.main([*args, "--switch-cost", "-1"])
+    assert "--switch-cost must be a finite number >= 0" in capsys.readouterr().err
+
+
 def test_with_cc_sets_the_start_controller_of_a_config(tmp_path: Path) -> None:
     from gearbox.sim.envs import with_cc
 
@@ -268,3 +328,44 @@ def test_diagnose_runs_a_policy_a_constant_and_the_loss_rule_through_the_gear_pa
     assert diagnose.main(["--loss-rule", "0.001", "0.01", "--switch", "part", *common]) == 0
     with pytest.raises(SystemExit):
         diagnose.main(["--model-dir", str(tmp_path / "none")])
+
+
+def test_seeds_judges_a_recipe_over_learner_seeds_with_the_evaluations_own_runs(tmp_path: Path) -> None:
+    from gearbox.floo import seeds
+
+    recipe = tmp_path / "recipe"
+    learn = ["--steps", "8", "--envs", "1", "--scenarios", "3", "--episode-s", "40", "--rollout-steps", "8"]
+    small = ["--scenarios", "3", "--duration-s", "30", "--period-s", "6"]
+    out = tmp_path / "seeds"
+    args = ["--recipe", f"r={recipe}", "--seeds", "1,2", "--sets", "7,8", *small, "--out", str(out)]
+    assert seeds.main([*args, "--train", "--", *learn]) == 0
+    assert all((recipe / f"seed-{n}" / "policy.json").is_file() for n in (1, 2))
+    result = json.loads((out / "seeds.json").read_text())
+    assert result["sets"] == [7, 8] and result["scenarios"] == 3
+    per_seed = result["policies"]["r"]
+    for s in ("7", "8"):
+        spread = result["recipes"]["r"][s]
+        xs = [per_seed[f"seed {n}"][s]["mean_rct_ms"] for n in (1, 2)]
+        assert spread["seeds"] == 2
+        assert spread["mean_rct_ms"] == {"mean": pytest.approx(sum(xs) / 2), "min": min(xs), "max": max(xs)}
+    # The same figures as `gearbox lab floo evaluate` of that policy on that set.
+    ev = tmp_path / "eval"
+    assert (
+        evaluate.main(
+            [*small, "--model-dir", str(recipe / "seed-2"), "--seed", "8", "--jobs", "1", "--out", str(ev)]
+            + ["--schemes", "cubic,bbr,copa,westwood,vivace,floo"]
+        )
+        == 0
+    )
+    summary = json.loads((ev / "summary.json").read_text())["schemes"]
+    got = per_seed["seed 2"]["8"]
+    assert got["mean_rct_ms"] == summary["floo"]["mean_rct_ms"]
+    assert got["static_opt_ms"] == summary["static_opt"]["mean_rct_ms"]
+    assert got["vs_copa"] == pytest.approx(summary["floo"]["mean_rct_ms"] / summary["copa"]["mean_rct_ms"] - 1)
+    assert "| r | 2 |" in (out / "report.md").read_text()
+    # Trained seeds are kept, not retrained; a missing policy is refused.
+    before = (recipe / "seed-1" / "policy.json").read_bytes()
+    assert seeds.main([*args, "--train", "--", *learn]) == 0
+    assert (recipe / "seed-1" / "policy.json").read_bytes() == before
+    with pytest.raises(SystemExit):
+        seeds.main(["--recipe", f"r={recipe}", "--seeds", "3", *small, "--out", str(out)])

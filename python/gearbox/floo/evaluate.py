@@ -276,39 +276,22 @@ def main(argv: list[str] | None = None) -> int:
         args.start_cc = trained_start_cc(model_dir)
     if args.start_cc not in ("cubic", "bbr", "copa", "westwood", "vivace"):
         p.error(f"--start-cc: unknown controller {args.start_cc!r}")
-    n = args.scenarios
-    mix = {"wifi": max(1, n // 6), "cellular-stationary": max(1, n // 3)}
-    mix["cellular-mobile"] = max(1, n - sum(mix.values()))
-    scenarios = evaluation_set(mix)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = str((out / "traces").resolve())
-    jobs = [
-        Job(
-            scn,
-            s,
-            args.duration_s,
-            args.period_s,
-            args.workload,
-            args.seed + i,
-            cache,
-            str(model_dir.resolve()),
-            args.start_cc,
-        )
-        for i, scn in enumerate(scenarios)
-        for s in schemes
-    ]
-    # Traces first, in this process (the workers would race to write the same file).
-    for scn in scenarios:
-        scn.trace_path(Path(cache), 2 * args.duration_s + 60.0)
+    scenarios = held_apart(args.scenarios)
+    jobs = make_jobs(
+        scenarios,
+        schemes,
+        args.duration_s,
+        args.period_s,
+        args.workload,
+        args.seed,
+        out / "traces",
+        model_dir,
+        args.start_cc,
+    )
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    # Spawned, not forked: a caller may have JAX's threads running (forking them can deadlock).
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for i, row in enumerate(pool.map(run_one, jobs, chunksize=1)):
-            rows.append(row)
-            if (i + 1) % 25 == 0 or i + 1 == len(jobs):
-                print(f"floo evaluate: {i + 1}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    rows = run_jobs(jobs, args.jobs)
     summary = summarise(rows)
     summary["wall_s"] = time.perf_counter() - t0
     summary["start_cc"] = args.start_cc
@@ -325,6 +308,50 @@ def main(argv: list[str] | None = None) -> int:
     plot(rows, summary, out)
     print(text)
     return 0
+
+
+def held_apart(n: int) -> list[Scenario]:
+    """The evaluation's `n` held-apart scenarios, split 1:2:3 (WiFi, stationary cellular,
+    mobile cellular) like Floo §5.1."""
+    mix = {"wifi": max(1, n // 6), "cellular-stationary": max(1, n // 3)}
+    mix["cellular-mobile"] = max(1, n - sum(mix.values()))
+    return evaluation_set(mix)
+
+
+def make_jobs(
+    scenarios: list[Scenario],
+    schemes: list[str],
+    duration_s: float,
+    period_s: float,
+    workload: str,
+    seed: int,
+    cache: Path,
+    model_dir: Path,
+    start_cc: str,
+) -> list[Job]:
+    """One run per scenario and scheme; scenario i's application trace has seed `seed + i`.
+    Generates the scenarios' traces into `cache` first, in this process (the workers would
+    race to write the same file)."""
+    for scn in scenarios:
+        scn.trace_path(cache.resolve(), 2 * duration_s + 60.0)
+    return [
+        Job(scn, s, duration_s, period_s, workload, seed + i, str(cache.resolve()), str(model_dir.resolve()), start_cc)
+        for i, scn in enumerate(scenarios)
+        for s in schemes
+    ]
+
+
+def run_jobs(jobs: list[Job], processes: int) -> list[dict]:
+    """`run_one` of every job in `processes` spawned processes (not forked: a caller may
+    have JAX's threads running, and forking them can deadlock), rows in the jobs' order."""
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for i, row in enumerate(pool.map(run_one, jobs, chunksize=1)):
+            rows.append(row)
+            if (i + 1) % 25 == 0 or i + 1 == len(jobs):
+                print(f"floo evaluate: {i + 1}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return rows
 
 
 def trained_start_cc(model_dir: Path) -> str:

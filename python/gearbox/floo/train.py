@@ -9,9 +9,12 @@ Cubic, BBR, Copa and Westwood+, switched with full state migration (`--switch`),
 connection starting on `--start-cc`. The reward is `--reward baseline` by default: the
 period's requests' mean RCT when the episode runs on `--baseline-cc` alone over their mean
 RCT under the policy, in log; Floo §3.3's ln(previous mean RCT / mean RCT) is `--reward
-gradient` (docs/floo.md says why it was replaced). Rollouts run in `--envs` local processes (Floo
-Appendix C runs ten agent/server/client sets; here, one per core), or with `--ray-address` as
-`--envs` Ray actors on that cluster (`gearbox.sim.vector`).
+gradient` (docs/floo.md says why it was replaced); `--switch-cost C` (gearbox's addition, not
+Floo's) subtracts C from the reward of a period whose action switched the running controller.
+Rollouts run in `--envs` local processes (Floo Appendix C runs ten agent/server/client sets;
+here, one per core), with `--in-process` one after another in the learner's process (the
+same policy, one core), or with `--ray-address` as `--envs` Ray actors on that cluster
+(`gearbox.sim.vector`).
 
 Output in `--out` (default `models/floo`): `policy.json` + `policy.meta.json` (the actor,
 the sidecar naming the Monitor's features and the four controllers), `ppo.npz` (actor and
@@ -43,13 +46,20 @@ def make_env(
     reward: str = "gradient",
     baseline_cca: str = "copa",
     start_cca: str | None = None,
+    switch_cost: float = 0.0,
 ):
     """Environment `index` of the rollouts (module level: rollout processes are spawned,
     so the factory must pickle)."""
     from gearbox.sim.envs import CcaSelectionEnv
 
     return CcaSelectionEnv(
-        scenarios=configs, period_s=period_s, mode=mode, reward=reward, baseline_cca=baseline_cca, start_cca=start_cca
+        scenarios=configs,
+        period_s=period_s,
+        mode=mode,
+        reward=reward,
+        baseline_cca=baseline_cca,
+        start_cca=start_cca,
+        switch_cost=switch_cost,
     )
 
 
@@ -93,7 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episode-s", type=float, default=600.0, help="requests sent per episode (Floo: 10 minutes)")
     p.add_argument("--period-s", type=float, default=12.0, help="the selection period SP")
     p.add_argument("--workload", default="app", help="the application traces' workload")
-    p.add_argument("--envs", type=int, default=os.cpu_count() or 1, help="rollout processes")
+    p.add_argument("--envs", type=int, default=os.cpu_count() or 1, help="rollout environments (one process each)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="step the --envs environments one after another in the learner's process instead of one process "
+        "each: the same policy, on one core (for a machine that is busy with other work)",
+    )
     p.add_argument(
         "--ray-address",
         default=None,
@@ -133,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         "standard deviation (std) or standardised (zscore) before PPO learns from them (gearbox.floo.ppo."
         "normalize_episode_rewards; docs/floo.md)",
     )
+    p.add_argument(
+        "--switch-cost",
+        type=float,
+        default=0.0,
+        help="subtracted from a period's reward when the policy switches the running controller (0: none, "
+        "Floo's reward; gearbox's addition, not Floo §3.3's; docs/floo.md \"Switching cost\")",
+    )
     p.add_argument("--actor-lr", type=float, default=None, help="the actor's learning rate (default: Floo's 1e-4)")
     p.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: Floo's 2e-4)")
     args = p.parse_args(argv)
@@ -143,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, name)
         if value not in ("cubic", "bbr", "copa", "westwood"):
             p.error(f"--{name.replace('_', '-')} must be one of cubic, bbr, copa, westwood, got {value!r}")
+    if not (math.isfinite(args.switch_cost) and args.switch_cost >= 0):
+        p.error(f"--switch-cost must be a finite number >= 0, got {args.switch_cost}")
+    if args.in_process and args.ray_address is not None:
+        p.error("--in-process and --ray-address: choose one")
     for name in ("episode_s", "period_s", "max_minutes"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
@@ -198,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         reward=args.reward,
         baseline_cca=args.baseline_cc,
         start_cca=args.start_cc,
+        switch_cost=args.switch_cost,
     )
     result = ppo.train(
         factory,
@@ -205,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         args.steps,
         args.seed,
         num_envs=args.envs,
-        parallel=args.envs > 1 and args.ray_address is None,
+        parallel=args.envs > 1 and args.ray_address is None and not args.in_process,
         on_update=on_update,
         ray_address=args.ray_address,
     )
@@ -225,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_cc": args.baseline_cc if args.reward == "baseline" else None,
         "start_cc": args.start_cc,
         "switch": args.switch,
+        "switch_cost": args.switch_cost,
         "ppo": asdict(result.config),
     }
     ppo.save_params(out / "ppo.npz", actor, critic, config=result.config)

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
-    sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate --help)")
+    sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate|seeds --help)")
     sub.add_parser("flexhttp", help="FlexHTTP data, classifiers, evaluation (gearbox lab flexhttp --help)")
     sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
     sub.add_parser("tcpwise", help="TCP WISE: ground truth, convergence, population (lab tcpwise evaluate --help)")
@@ -141,8 +141,15 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     if raw[:1] == ["floo"]:  # Floo's evaluation parses its own arguments
+        if raw[1:2] == ["seeds"]:
+            from gearbox.floo.seeds import main as floo_seeds
+
+            return floo_seeds(raw[2:])
         if raw[1:2] != ["evaluate"]:
-            print("gearbox lab floo: the subcommand is `evaluate` (gearbox lab floo evaluate --help)", file=sys.stderr)
+            print(
+                "gearbox lab floo: the subcommands are `evaluate` and `seeds` (gearbox lab floo evaluate --help)",
+                file=sys.stderr,
+            )
             return 2
         from gearbox.floo.evaluate import main as floo_evaluate
 

@@ -14,6 +14,12 @@ fixed 1 s; `baseline` compares each period's requests with the same requests run
 static controller (`baseline_cca`, Copa by default) in a reference simulation of the
 same episode (same seed, same application trace, same path): ln(their mean RCT under the
 baseline / their mean RCT under the policy). docs/floo.md "Reward" says why.
+
+`switch_cost` (default 0) is gearbox's addition, not Floo §3.3's: a step whose action
+switches the watched connection's controller (a choice other than the controller its
+monitor reported running, and a switch the session carried out) has `switch_cost`
+subtracted from its reward, so a policy pays for a switch whatever the reward. Staying
+costs nothing. docs/floo.md "Switching cost" says why.
 """
 
 from __future__ import annotations
@@ -115,6 +121,7 @@ class CcaSelectionEnv(gym.Env):
         reward: str = "gradient",
         baseline_cca: str = "copa",
         start_cca: str | None = None,
+        switch_cost: float = 0.0,
     ) -> None:
         texts = []
         for s in scenarios or [DEFAULT_SCENARIO]:
@@ -132,7 +139,10 @@ class CcaSelectionEnv(gym.Env):
             raise ValueError(f"baseline_cca must be one of {', '.join(ACTIONS)}, got {baseline_cca!r}")
         if start_cca is not None and start_cca not in ACTIONS:
             raise ValueError(f"start_cca must be one of {', '.join(ACTIONS)}, got {start_cca!r}")
+        if not (math.isfinite(switch_cost) and switch_cost >= 0):
+            raise ValueError(f"switch_cost must be a finite number >= 0, got {switch_cost}")
         self.reward = reward
+        self.switch_cost = float(switch_cost)
         self.baseline_cca = baseline_cca
         self.start_cca = start_cca
         self._reference: dict[tuple[float, str], list[float]] = {}
@@ -145,7 +155,10 @@ class CcaSelectionEnv(gym.Env):
         self._session: SimSession | None = None
         self._last_rct: float | None = None
         self._conn: int | None = None
+        self._cca: str | None = None  # the watched connection's running controller
         self._episode_rcts: list[float] = []
+        self._episode_switches = 0
+        self.last_switched = False  # whether the last step switched (and was charged switch_cost)
 
     def _scenario(self, seed: int) -> tuple[str, str]:
         text, name = self._scenarios[int(self.np_random.integers(len(self._scenarios)))]
@@ -159,6 +172,7 @@ class CcaSelectionEnv(gym.Env):
         monitors = self._session.monitor()
         m = monitors[-1] if monitors else None
         self._conn = m["conn"] if m else None
+        self._cca = m.get("cca") if m else None
         rcts = [r for r in (m["rcts_ms"] if m else []) if math.isfinite(r)]
         self._episode_rcts.extend(r for x in monitors for r in x["rcts_ms"] if math.isfinite(r))
         records = self._session.take_records() if self.reward == "baseline" else []
@@ -171,6 +185,7 @@ class CcaSelectionEnv(gym.Env):
             text = with_cc(text, self.start_cca)
         self._session = SimSession(text, name)
         self._episode_rcts = []
+        self._episode_switches = 0
         if self.reward == "baseline":
             self._reference = reference_rcts(with_cc(text, self.baseline_cca), name, self.baseline_cca, self.period_s)
             every = [x for v in self._reference.values() for x in v]
@@ -200,9 +215,13 @@ class CcaSelectionEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if not self.action_space.contains(action):
             raise ValueError(f"action {action!r} is not in {self.action_space} ({', '.join(ACTIONS)})")
+        choice = ACTIONS[int(action)]
+        switched = False
         if self._conn is not None:
             try:
-                self._session.switch(self._conn, ACTIONS[int(action)], self.mode)
+                self._session.switch(self._conn, choice, self.mode)
+                # What the simulator's gear loop counts as a switch (`SimSession.drive`).
+                switched = self._cca is not None and choice != self._cca
             except ValueError:
                 pass  # the connection ended within the period; the next one is watched
         obs, rct, finished, records = self._period()
@@ -214,12 +233,17 @@ class CcaSelectionEnv(gym.Env):
                 reward = math.log(self._last_rct / rct)
         elif rct is not None and rct > 0:
             reward = math.log(LEVEL_RCT_MS / rct)
+        if switched:
+            reward -= self.switch_cost
         if rct is not None:
             self._last_rct = rct
+        self.last_switched = switched
+        self._episode_switches += int(switched)
         info: dict[str, Any] = {"now_s": self._session.now_s, "mean_rct_ms": rct}
         if finished and self._episode_rcts:
             # The whole episode's mean request completion time (every connection).
             info["episode_mean_rct_ms"] = sum(self._episode_rcts) / len(self._episode_rcts)
+            info["episode_switches"] = self._episode_switches
             if self.reward == "baseline":
                 # The same episode on the baseline controller alone.
                 info["episode_baseline_rct_ms"] = self._reference_mean
