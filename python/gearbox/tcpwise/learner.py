@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gearbox.tcpwise.algorithm import Decision, decision_making
 from gearbox.tcpwise.config import LearnConfig
@@ -182,19 +182,12 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
         if config.pooled_by_cluster and entry.prefix == OTHERS:
             lat, kept = _latencies_per_cluster(pooled, iw_set, config)
             d = decision_making(iw_set, lat, config, _losses(pooled))
-            d = Decision(
-                d.iw_set,
-                d.moved,
-                d.best,
-                f"per-/24 normalised latencies of {kept} /24s with every IW of the set: {d.reason}",
-                d.counts,
-                d.p80_ms,
-            )
+            d = replace(d, reason=f"per-/24 normalised latencies of {kept} /24s with every IW of the set: {d.reason}")
         else:
             d = decision_making(iw_set, _latencies(pooled), config, _losses(pooled))
         if len(pooled) < len(own):
             note = f"{len(own) - len(pooled)} samples went to entries of their own; pooled rest: "
-            d = Decision(d.iw_set, d.moved, d.best, note + d.reason, d.counts, d.p80_ms)
+            d = replace(d, reason=note + d.reason)
         reason = d.reason if clamp_note is None else f"{clamp_note}; {d.reason}"
         best = d.best if d.moved else entry.best
         if best is not None:
