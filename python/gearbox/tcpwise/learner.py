@@ -89,20 +89,16 @@ def _latencies(samples: list[IwSample]) -> dict[int, list[float]]:
 
 
 def _latencies_per_cluster(
-    samples: list[IwSample], iw_set: tuple[int, ...], config: LearnConfig
+    clusters: list[list[IwSample]], iw_set: tuple[int, ...]
 ) -> tuple[dict[int, list[float]], int]:
-    """Each IW's latencies in a pooled entry, compared per cluster (`LearnConfig.pooled_by_cluster`):
-    a sample's latency over the median of its own /24's samples, times the median of all the
-    samples kept (so that the values read as milliseconds of a typical /24); /24s without a
-    sample of every IW of the set are left out, and so are samples without a client address.
-    Returns the latencies and the number of /24s kept."""
-    by_cluster: dict[str, list[IwSample]] = defaultdict(list)
-    for s in samples:
-        ip = client_ip(s.client_addr)
-        if ip is not None:
-            by_cluster[cluster_of(ip, config)].append(s)
+    """Each IW's latencies in a pooled entry, compared per cluster (`LearnConfig.pooled_by_cluster`),
+    from the pooled samples of each cluster (`learn` has grouped them by /24 already): a
+    sample's latency over the median of its own cluster's samples, times the median of all the
+    samples kept (so that the values read as milliseconds of a typical /24); clusters without a
+    sample of every IW of the set are left out. Returns the latencies and the number of
+    clusters kept."""
     wanted = set(iw_set)
-    kept = [part for part in by_cluster.values() if wanted <= {s.iw for s in part}]
+    kept = [part for part in clusters if wanted <= {s.iw for s in part}]
     if not kept:
         return {}, 0
     scale = statistics.median(s.latency_ms for part in kept for s in part)
@@ -159,11 +155,14 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
         for s in own:
             parts[_part_key(entry, s, config)].append(s)
         pooled: list[IwSample] = []
+        pooled_by_cluster: dict[str, list[IwSample]] = defaultdict(list)
         for part, part_samples in sorted(parts.items(), key=lambda kv: str(kv[0])):
             lat = _latencies(part_samples)
             enough = all(len(lat.get(iw, ())) >= config.s_min for iw in set(entry.iw))
             if part is None or part == entry.key or part in index or not enough or len(set(entry.iw)) == 1:
                 pooled.extend(part_samples)
+                if part is not None:
+                    pooled_by_cluster[part[0]].extend(part_samples)
                 continue
             d = decision_making(entry.iw, lat, config, _losses(part_samples))
             origin = "cluster" if entry.prefix == OTHERS else "hour"
@@ -180,7 +179,7 @@ def learn(table: CwndTable, samples: list[IwSample], config: LearnConfig, now_un
             result.decisions[new.key] = d
         iw_set, clamp_note = _bounded(entry, config)
         if config.pooled_by_cluster and entry.prefix == OTHERS:
-            lat, kept = _latencies_per_cluster(pooled, iw_set, config)
+            lat, kept = _latencies_per_cluster(list(pooled_by_cluster.values()), iw_set)
             d = decision_making(iw_set, lat, config, _losses(pooled))
             d = replace(d, reason=f"per-/24 normalised latencies of {kept} /24s with every IW of the set: {d.reason}")
         else:
