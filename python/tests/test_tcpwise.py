@@ -235,30 +235,20 @@ def test_a_pooled_entry_compared_per_cluster_is_not_swayed_by_which_slash_24s_dr
     # In each /24 IW 15 is 5% faster than IW 10, but the slow /24 drew IW 15 three times as
     # often, so IW 15's pooled p80 is the slow /24's and Algorithm 1 on the raw pool picks 10.
     t = table(ClusterEntry("others", (10, 15)))
-    fast = [
-        r
-        for r in ab_records("others", [10, 15], {10: 100.0, 15: 95.0}, 150, client="192.0.2.9:4000")
-        if r["iw"]["iw"] == 10
-    ] + [
-        r
-        for r in ab_records("others", [10, 15], {10: 100.0, 15: 95.0}, 50, client="192.0.2.9:4000")
-        if r["iw"]["iw"] == 15
-    ]
-    slow = [
-        r
-        for r in ab_records("others", [10, 15], {10: 1000.0, 15: 950.0}, 50, client="198.51.100.3:4000")
-        if r["iw"]["iw"] == 10
-    ] + [
-        r
-        for r in ab_records("others", [10, 15], {10: 1000.0, 15: 950.0}, 150, client="198.51.100.3:4000")
-        if r["iw"]["iw"] == 15
-    ]
+
+    def drawn(client: str, lat: dict[int, float], counts: dict[int, int]) -> list[dict]:
+        """The records of one /24 under `others`' set (10, 15) that drew each IW `counts[iw]` times."""
+        return [
+            r
+            for iw, n in counts.items()
+            for r in ab_records("others", [10, 15], lat, n, client=client)
+            if r["iw"]["iw"] == iw
+        ]
+
+    fast = drawn("192.0.2.9:4000", {10: 100.0, 15: 95.0}, {10: 150, 15: 50})
+    slow = drawn("198.51.100.3:4000", {10: 1000.0, 15: 950.0}, {10: 50, 15: 150})
     # A /24 that drew only IW 15 says nothing about IW 10 and is left out of the comparison.
-    lone = [
-        r
-        for r in ab_records("others", [10, 15], {10: 5000.0, 15: 5000.0}, 20, client="203.0.113.7:4000")
-        if r["iw"]["iw"] == 15
-    ]
+    lone = drawn("203.0.113.7:4000", {10: 5000.0, 15: 5000.0}, {15: 20})
     samples = samples_for(tmp_path, fast + slow + lone)
     raw = learn(t, samples, CFG, T0).table.index()[("others", None)]
     assert raw.iw == (10, 5), raw.reason
