@@ -191,6 +191,9 @@ def test_a_small_grid_is_measured_trained_and_evaluated(gearbox_bin: Path, tmp_p
         assert 0.0 <= c["forest_against_kmeans_labels_accuracy"] <= 1.0
         assert 0.5 <= c["kmeans_labels_majority"] <= 1.0
     assert (tmp_path / "train" / "train.json").is_file()
+    # Labelled by the load event instead, the report says so.
+    by_load_event = train(out, tmp_path / "train-le", folds=3, seed=0, ks=[2], metric="load-event")
+    assert (report["metric"], by_load_event["metric"]) == ("page load time (our loader)", "load event (our loader)")
     if "error" not in report["model"]:
         ev = evaluate(tmp_path / "train" / "model", out)
         o = ev["overall"]

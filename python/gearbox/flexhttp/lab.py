@@ -73,6 +73,8 @@ TRANSPORT = {"h2": "tcp", "h3": "quic"}
 #: complete (`page_load_ms`); `load-event`, every object that delays a browser's load event, so not
 #: the data the page's scripts fetch (`load_event_ms`, the time Chromium reports as loaded).
 METRICS = {"plt": "page_load_ms", "load-event": "load_event_ms"}
+#: How a report names each metric.
+METRIC_NAMES = {"plt": "page load time (our loader)", "load-event": "load event (our loader)"}
 
 
 class FlexLabError(RuntimeError):
@@ -414,7 +416,7 @@ def train(
         raise FlexLabError(f"{dataset_dir}: {n_cond} condition(s); grouped cross-validation needs at least 2")
     report: dict = {
         "dataset": str(dataset_dir),
-        "metric": "speed index (chromium)" if si_paths else "page load time (our loader)",
+        "metric": "speed index (chromium)" if si_paths else METRIC_NAMES[metric],
         "loads": len(rows),
         "groups": len(g),
         "conditions": n_cond,
