@@ -81,7 +81,7 @@ def test_evaluation_pages_have_table_5_1s_sizes_and_are_not_training_pages():
 
 
 def test_learn_sailfish_writes_a_policy_and_its_sidecar(tmp_path):
-    from gearbox.sailfish.train import main
+    from gearbox.sailfish.train import main, weights_digest
     from gearbox.sim.paths import feature_names
 
     out = tmp_path / "m"
@@ -95,7 +95,13 @@ def test_learn_sailfish_writes_a_policy_and_its_sidecar(tmp_path):
     assert not load["timed_out"]
     assert [f["name"] for f in meta["features"]] == feature_names(2)
     assert meta["class_labels"] == ["path0", "path1"]
-    assert meta["model_version"].startswith("sailfish-")
+    # The version names the weights: the exported layers' digest, so another policy of the same
+    # pairs (another seed, other page graphs) gets another version.
+    layers = [(np.array(layer["weights"]), np.array(layer["bias"])) for layer in model["layers"]]
+    assert meta["model_version"] == f"sailfish-{weights_digest(layers)[:12]}"
+    other = tmp_path / "other"
+    assert main([*args, "--seed", "2", "--out", str(other)]) == 0
+    assert json.loads((other / "policy.meta.json").read_text())["model_version"] != meta["model_version"]
     assert len(json.loads((out / "history.json").read_text())) == 3
 
 

@@ -125,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--train-pages must be in 1..{TEST_PAGE_SEED_START}, got {args.train_pages}")
 
     from gearbox.floo.export import export_actor
-    from gearbox.models.sidecar import sha256_file
     from gearbox.sailfish.a2c import train
     from gearbox.sim.paths import PathSchedulingEnv, feature_names
 
@@ -177,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         "config": asdict(result.config),
         "network": result.config.network,
     }
+    layers = result.actor_layers()
     model = export_actor(
-        result.actor_layers(),
+        layers,
         names,
         args.out,
         [f"path{i}" for i in range(env.n_paths)],
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         negative_slope=result.config.negative_slope,
         training_data=pairs_file,
         training_rows=result.history[-1]["steps"],
-        model_version=f"sailfish-{sha256_file(pairs_file)[:12]}",
+        model_version=f"sailfish-{weights_digest(layers)[:12]}",
     )
     meta = json.loads(model.with_suffix("").with_suffix(".meta.json").read_text())
     print(
@@ -194,6 +194,24 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {model} ({meta['model_version']})"
     )
     return 0
+
+
+def weights_digest(layers) -> str:
+    """sha256 over the actor's weights and biases (float64, row-major): the model
+    version names the policy itself. The training pairs' digest, which it was before,
+    stays the same when the same recipe learns other weights (another seed, or the page
+    workload's graphs changed), and two different policies shared a version."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for weights, bias in layers:
+        for a in (weights, bias):
+            a = np.ascontiguousarray(a, dtype=np.float64)
+            h.update(str(a.shape).encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
 
 
 if __name__ == "__main__":
