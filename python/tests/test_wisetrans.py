@@ -357,6 +357,27 @@ def test_deep_dive_counts_explorations_switches_and_rollbacks() -> None:
     assert ev.parse_decision("race;phase=race;score=-;choice=race;why=chromium-race;race=quic")["race"] == "quic"
 
 
+def test_deep_dive_counts_the_clients_hedges_and_which_copy_answered() -> None:
+    why = "wisetrans-v2;phase=exploit;score=0.5;choice=quic;why=stay"
+    tcp_won = rec("h2", 0, "/0", 0, 700, decision=why + ";hedge=tcp-won") | {"hedged": "h2", "hedge_at_ms": 400.0}
+    quic_won = rec("h3", 0, "/1", 10, 450, decision=why + ";hedge=quic-won") | {"hedged": "h2", "hedge_at_ms": 400.0}
+    run = [tcp_won, quic_won, rec("h3", 0, "/2", 20, 100, decision=why), rec("h3", 0, "/3", 30, 100, decision=why)]
+    dive = ev.deep_dive(run, 10_000.0, 10_000.0)
+    assert (dive["hedged"], dive["hedge_tcp_won"]) == (2, 1)
+    assert ev.deep_dive(run[2:], 10_000.0, 10_000.0)["hedged"] == 0
+
+
+def test_edge_bytes_sums_what_the_edge_wrote_for_the_duplication_of_hedges(tmp_path: Path) -> None:
+    assert ev.edge_bytes(tmp_path) is None
+    lines = [
+        {"side": "edge", "protocol": "h3", "bytes": 30_000},
+        {"side": "edge", "protocol": "h2", "bytes": 50_000},
+        {"side": "edge", "event": "start", "bytes": 7},
+    ]
+    (tmp_path / "edge.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"side": "ed')
+    assert ev.edge_bytes(tmp_path) == 80_000
+
+
 def test_selection_accuracy_compares_each_request_with_ideals_window_choice() -> None:
     run = [
         rec("h3", 0, "/0", 1_000_000, 100),  # window 0, Ideal quic: right

@@ -18,7 +18,8 @@ use gearbox_cc::{QuicCc, TcpCcSetting};
 use gearbox_client::multipath::check_local_addrs;
 use gearbox_client::replay::{replay, replay_page, PathScheduling, RecordLog, RecordingGear, ReplayOptions, Summary};
 use gearbox_client::{
-    Bytes, Client, ClientConfig, ClientError, Method, Request, StaticTransport, TransportGear, TransportPref, Trust,
+    Bytes, Client, ClientConfig, ClientError, HedgeRule, Method, Request, StaticTransport, TransportGear,
+    TransportPref, Trust,
 };
 use gearbox_dataplane::control::{ControlClient, ControlConfig, PolicyPoller};
 use gearbox_dataplane::telemetry::TelemetrySink;
@@ -170,6 +171,29 @@ pub struct ConnArgs {
     /// limit, when it cannot: `--proto quic`, a page over HTTP/3).
     #[arg(long, value_name = "S")]
     pub quic_silence_floor_s: Option<f64>,
+    /// Hedge slow QUIC requests over TCP: off, on (the delay is 2x TCP's recent median
+    /// completion time at the origin, at least 300 ms) or a factor other than 2. Only
+    /// idempotent `--proto auto` requests the gear sends over QUIC; fixed transports and
+    /// the race never hedge (docs/client.md, "Hedging a slow QUIC request").
+    #[arg(long, value_name = "off|on|FACTOR", value_parser = parse_hedge, default_value = "off")]
+    pub hedge: HedgeSetting,
+}
+
+/// `--hedge`: off, or the rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HedgeSetting(pub Option<HedgeRule>);
+
+fn parse_hedge(s: &str) -> Result<HedgeSetting, String> {
+    match s {
+        "off" => Ok(HedgeSetting(None)),
+        "on" => Ok(HedgeSetting(Some(HedgeRule::default()))),
+        _ => s
+            .parse::<f64>()
+            .ok()
+            .and_then(HedgeRule::with_factor)
+            .map(|r| HedgeSetting(Some(r)))
+            .ok_or_else(|| format!("expected off, on or a positive factor, got {s:?}")),
+    }
 }
 
 impl ConnArgs {
@@ -200,6 +224,7 @@ impl ConnArgs {
                 Some(s) => seconds("--quic-silence-floor-s", s)?,
                 None => ClientConfig::default().quic_silence_floor,
             },
+            hedge: self.hedge.0,
             telemetry,
             ..ClientConfig::default()
         })

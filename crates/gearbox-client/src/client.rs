@@ -26,8 +26,9 @@ use rustls::pki_types::ServerName;
 use crate::config::ClientConfig;
 use crate::conn::{Dial, Key, Pools, SnapshotSource, Target};
 use crate::error::ClientError;
-use crate::exchange::{Exchanged, Progress};
+use crate::exchange::{Exchanged, Failure, Progress};
 use crate::gear::{StaticTransport, TransportPref};
+use crate::hedge::TcpCosts;
 use crate::race::RaceState;
 use crate::silence;
 use gearbox_gear_api::{Decision, TransportGear};
@@ -181,6 +182,8 @@ pub(crate) struct Inner {
     /// Per origin and path: held while a race opens a connection, so concurrent
     /// requests wait for that race instead of each racing.
     pub race_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    /// TCP's recent completion times per origin, for the hedge's delay (`crate::hedge`).
+    pub tcp_costs: Mutex<TcpCosts>,
 }
 
 pub(crate) fn lock_std<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -239,6 +242,7 @@ impl Client {
                 pools: Pools::default(),
                 race: Mutex::new(RaceState::new()),
                 race_locks: Mutex::new(HashMap::new()),
+                tcp_costs: Mutex::new(TcpCosts::new()),
                 cfg: config,
             }),
         })
@@ -370,6 +374,10 @@ impl Client {
                     d.push_str(";fallback=");
                     d.push_str(what);
                 }
+                if let Some(how) = progress.hedge {
+                    d.push_str(";hedge=");
+                    d.push_str(how);
+                }
                 d
             }),
             decision_id,
@@ -377,10 +385,17 @@ impl Client {
             error: result.as_ref().err().map(|e| e.kind().to_string()),
             retried_from: progress.retried_from,
             retry_lost_ms: progress.retry_lost_ms,
+            hedged: progress.hedged,
+            hedge_at_ms: progress.hedge_at_ms,
             path_index: req.path_decision.as_ref().map(|_| req.path_index),
             path_decision: req.path_decision.clone(),
         };
         self.inner.cfg.telemetry.write(&record);
+        if self.inner.cfg.hedge.is_some() {
+            if let Some(ms) = tcp_time_ms(&record) {
+                lock_std(&self.inner.tcp_costs).observe(&origin, ms);
+            }
+        }
         if let Some(t) = &record.transport {
             let mut race = lock_std(&self.inner.race);
             if pref == TransportPref::Race {
@@ -465,12 +480,27 @@ impl Client {
             p.fallback = Some("quic-broken");
             pref = TransportPref::Tcp;
         }
+        // Hedging (`crate::hedge`): an idempotent `auto` request the gear sent over QUIC.
+        let hedge_after = match self.inner.cfg.hedge {
+            Some(rule)
+                if req.transport == TransportPref::Auto && pref == TransportPref::Quic && req.is_idempotent() =>
+            {
+                rule.delay(lock_std(&self.inner.tcp_costs).median(&key.0))
+            }
+            _ => None,
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
             let res = match pref {
                 TransportPref::H1 => self.send_h1(&key, &dial, url, req, None, p).await,
-                TransportPref::Quic => self.send_h3(&key, &dial, url, req, quic_fallback, p).await,
+                TransportPref::Quic => match hedge_after {
+                    Some(delay) if p.hedged.is_none() => {
+                        self.send_h3_hedged(&key, &dial, url, req, quic_fallback, start + delay, start, p)
+                            .await
+                    }
+                    _ => self.send_h3(&key, &dial, url, req, quic_fallback, p).await,
+                },
                 TransportPref::Race => self.send_race(&key, &dial, url, req, p).await,
                 TransportPref::Tcp | TransportPref::Auto => self.send_h2(&key, &dial, url, req, p).await,
             };
@@ -500,6 +530,81 @@ impl Client {
         }
     }
 
+    /// HTTP/3 with a hedge over TCP at `hedge_at` (`crate::hedge`): the QUIC exchange
+    /// runs alone until then; if it has not completed, the request is also sent over
+    /// TCP and the first of the two to complete answers, the other's future dropped (an
+    /// HTTP/3 stream dropped so is stopped, STOP_SENDING, and its connection stays
+    /// pooled). When QUIC fails while the hedge runs, QUIC is marked broken (as by the
+    /// fallback rules) and the hedge answers; when the hedge fails, QUIC's answer is
+    /// awaited and its failure goes to the fallback rules as without a hedge.
+    #[allow(clippy::too_many_arguments)] // the send path's arguments and the hedge's time
+    async fn send_h3_hedged(
+        &self,
+        key: &Key,
+        dial: &Dial<'_>,
+        url: &ParsedUrl,
+        req: &Request,
+        fallback: silence::Fallback,
+        hedge_at: Instant,
+        start: Instant,
+        p: &mut Progress,
+    ) -> Result<Exchanged, Failure> {
+        let mut quic = Box::pin(self.send_h3(key, dial, url, req, fallback, p));
+        tokio::select! {
+            biased;
+            r = &mut quic => return r,
+            () = tokio::time::sleep_until(hedge_at.into()) => {}
+        }
+        let hedge_at_ms = start.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(url = %req.url, hedge_at_ms, "QUIC request hedged over TCP");
+        let mut hp = Progress::new(Protocol::H2);
+        let mut tcp = Box::pin(self.send_h2(key, dial, url, req, &mut hp));
+        enum First<T> {
+            Quic(T),
+            Tcp(T),
+        }
+        let first = tokio::select! {
+            biased;
+            r = &mut quic => First::Quic(r),
+            r = &mut tcp => First::Tcp(r),
+        };
+        // Which copy answers (`true`: the hedge), and how the hedge ended.
+        let (result, by_tcp, how) = match first {
+            First::Quic(Ok(out)) => (Ok(out), false, "quic-won"),
+            First::Quic(Err(f)) => {
+                if f.quic {
+                    let span = lock_std(&self.inner.race).quic_broken(&key.0, Instant::now());
+                    tracing::debug!(url = %req.url, error = %f.error, broken_s = span.as_secs(), "QUIC failed under a hedge; marked broken");
+                }
+                match (&mut tcp).await {
+                    Ok(out) => (Ok(out), true, "quic-failed"),
+                    Err(mut e) => {
+                        // The request's TCP attempt is spent: no fallback retry after it.
+                        e.quic = false;
+                        e.retry = false;
+                        (Err(e), true, "both-failed")
+                    }
+                }
+            }
+            First::Tcp(Ok(out)) => (Ok(out), true, "tcp-won"),
+            First::Tcp(Err(e)) => {
+                tracing::debug!(url = %req.url, error = %e.error, "the hedge failed; waiting for QUIC");
+                ((&mut quic).await, false, "tcp-failed")
+            }
+        };
+        // The loser is cancelled here (an HTTP/3 stream dropped mid-exchange is stopped).
+        drop(quic);
+        drop(tcp);
+        let hedge_protocol = hp.protocol;
+        if by_tcp {
+            p.take_exchange(hp);
+        }
+        p.hedged = Some(hedge_protocol);
+        p.hedge_at_ms = Some(hedge_at_ms);
+        p.hedge = Some(how);
+        result
+    }
+
     pub(crate) fn local_for(&self, index: usize) -> Result<Option<IpAddr>, ClientError> {
         let addrs = &self.inner.cfg.local_addrs;
         if addrs.is_empty() {
@@ -518,6 +623,21 @@ impl Client {
     pub(crate) fn next_id(&self) -> u64 {
         self.inner.next_conn_id.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// The time TCP took over a successful request that ended on TCP, for the hedge's
+/// estimate (`crate::hedge`): its completion time, less the time before a hedge or a
+/// retry started it (the time spent on QUIC first is not TCP's).
+fn tcp_time_ms(record: &ClientRecord) -> Option<f64> {
+    if record.error.is_some() || !matches!(record.protocol, Protocol::H1 | Protocol::H2) {
+        return None;
+    }
+    let rct = record.rct_ms?;
+    let before = match record.hedged {
+        Some(_) => record.hedge_at_ms,
+        None => record.retry_lost_ms,
+    };
+    Some(rct - before.unwrap_or(0.0))
 }
 
 /// Protocol written in a record before the connection tells which one it is.

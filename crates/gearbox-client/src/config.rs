@@ -42,6 +42,11 @@ pub struct ClientConfig {
     /// promptly; a load generator sharing starved cores with the server it loads stalls
     /// for longer than that and would count its own stalls as dead paths.
     pub quic_silence_floor: Duration,
+    /// Hedge slow QUIC requests over TCP (`crate::hedge`): an idempotent `auto` request
+    /// the gear sent over QUIC is sent again over TCP when it has not completed after
+    /// the rule's delay, and the first copy to complete answers. `None` (the default):
+    /// never. Fixed transports and the race never hedge.
+    pub hedge: Option<crate::hedge::HedgeRule>,
     /// Most HTTP/1.1 connections open at once per origin and path; more concurrent
     /// requests wait for one (browsers use 6).
     pub max_h1_connections_per_origin: usize,
@@ -62,6 +67,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
             quic_silence_floor: crate::silence::SILENCE_FLOOR,
+            hedge: None,
             max_h1_connections_per_origin: 6,
             telemetry: TelemetrySink::disabled(),
         }
@@ -81,6 +87,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("quic_silence_floor", &self.quic_silence_floor)
+            .field("hedge", &self.hedge)
             .field("max_h1_connections_per_origin", &self.max_h1_connections_per_origin)
             .finish_non_exhaustive()
     }

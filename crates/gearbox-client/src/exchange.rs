@@ -39,6 +39,12 @@ pub(crate) struct Progress {
     pub retried_from: Option<Protocol>,
     /// With `retried_from`: time from the request's start to the retry, ms.
     pub retry_lost_ms: Option<f64>,
+    /// The protocol of the hedge when one was started (`crate::hedge`).
+    pub hedged: Option<Protocol>,
+    /// With `hedged`: time from the request's start to the hedge's start, ms.
+    pub hedge_at_ms: Option<f64>,
+    /// How the hedge ended (appended to the decision as `;hedge=...`).
+    pub hedge: Option<&'static str>,
 }
 
 impl Progress {
@@ -57,7 +63,24 @@ impl Progress {
             fallback: None,
             retried_from: None,
             retry_lost_ms: None,
+            hedged: None,
+            hedge_at_ms: None,
+            hedge: None,
         }
+    }
+
+    /// The exchange of `other` (a hedge that answered) replaces this one's: connection,
+    /// protocol, status, times and bytes; what the fallback and hedge rules noted stays.
+    pub fn take_exchange(&mut self, other: Progress) {
+        self.protocol = other.protocol;
+        self.server_addr = other.server_addr.or(self.server_addr);
+        self.conn = other.conn;
+        self.new_connection = other.new_connection;
+        self.snapshot = other.snapshot;
+        self.status = other.status;
+        self.headers_at = other.headers_at;
+        self.first_byte_at = other.first_byte_at;
+        self.bytes = other.bytes;
     }
 
     /// The request now runs on `info`'s connection (a fresh one when `new`).

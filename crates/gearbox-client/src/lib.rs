@@ -29,6 +29,7 @@ pub mod gear;
 mod h1;
 mod h2;
 mod h3;
+pub mod hedge;
 pub mod multipath;
 mod page;
 pub mod race;
@@ -42,6 +43,7 @@ pub use config::ClientConfig;
 pub use error::ClientError;
 pub use gear::{StaticTransport, TransportChoice, TransportGear, TransportPref};
 pub use gearbox_gear_api::{Decision, DecisionId};
+pub use hedge::HedgeRule;
 pub use multipath::{MultipathLoad, MultipathOptions, PathDown};
 pub use page::{ObjectTiming, PageLoad, PageLoadOptions};
 

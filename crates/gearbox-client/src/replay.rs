@@ -622,6 +622,8 @@ mod tests {
             error: error.map(str::to_owned),
             retried_from: None,
             retry_lost_ms: None,
+            hedged: None,
+            hedge_at_ms: None,
             path_index: None,
             path_decision: None,
         }

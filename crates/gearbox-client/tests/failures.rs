@@ -459,24 +459,8 @@ async fn late_handshake_front(
     hold: Duration,
 ) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    // A UDP port whose TCP twin is free too.
-    let (front, tcp) = loop {
-        let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let port = front.local_addr().unwrap().port();
-        if let Ok(tcp) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
-            break (front, tcp);
-        }
-    };
+    let front = common::udp_front_with_tcp_to(edge_tcp).await;
     let port = front.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = tcp.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(edge_tcp).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
     let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     back.connect(edge_quic).await.unwrap();
     let dropped = Arc::new(AtomicUsize::new(0));

@@ -268,6 +268,17 @@ pub struct ClientRecord {
     /// `rct_ms`).
     #[serde(default)]
     pub retry_lost_ms: Option<f64>,
+    /// The protocol of the hedge, when the client sent the request a second time while
+    /// the first copy ran (a slow QUIC request of `auto` hedged over TCP: `h2`, or `h1`
+    /// where the server speaks only that; docs/client.md "Hedging a slow QUIC request").
+    /// The first copy to complete answers and `protocol` says which: the hedge won when
+    /// `protocol` equals `hedged`. `null` when no hedge was started. Absent in records
+    /// written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedged: Option<Protocol>,
+    /// With `hedged`: milliseconds from the request's start to the hedge's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge_at_ms: Option<f64>,
     /// Multipath page loads: the index of the local path (in the client's list of
     /// local addresses) the path scheduler put the request on. `null` when no path
     /// scheduler chose (single-path requests). Absent in records written before the

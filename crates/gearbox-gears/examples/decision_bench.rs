@@ -76,6 +76,8 @@ fn record(rng: &mut SplitMix64, i: u64, protocol: Protocol) -> ClientRecord {
         error: None,
         retried_from: None,
         retry_lost_ms: None,
+        hedged: None,
+        hedge_at_ms: None,
         path_index: None,
         path_decision: None,
     }

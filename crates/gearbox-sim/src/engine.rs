@@ -1588,6 +1588,8 @@ impl Sim {
             error: None,
             retried_from: None,
             retry_lost_ms: None,
+            hedged: None,
+            hedge_at_ms: None,
             path_index: path.map(|(p, _)| *p),
             path_decision: path.map(|(_, reason)| reason.clone()),
         };

@@ -57,6 +57,8 @@ _CLIENT_OPTIONAL: dict[str, tuple[str, bool]] = {
     "decision_id": (_INT, True),
     "retried_from": (_STR, True),
     "retry_lost_ms": (_NUM, True),
+    "hedged": (_STR, True),
+    "hedge_at_ms": (_NUM, True),
     "path_index": (_INT, True),
     "path_decision": (_STR, True),
 }

@@ -40,6 +40,8 @@ RECORD_TYPES: dict[str, str] = {
     "click": "int64",
     "retried_from": "string",
     "retry_lost_ms": "float64",
+    "hedged": "string",
+    "hedge_at_ms": "float64",
     "path_index": "int64",
     "path_decision": "string",
     "policy_version": "int64",

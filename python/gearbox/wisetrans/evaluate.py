@@ -80,6 +80,7 @@ MODES = (
     "wisetrans-v2-seedprobe",
     "wisetrans-v2-seedrollback",
     "wisetrans-v2-nojump",
+    "wisetrans-v2-hedge",
     "oracle",
     "noise-ideal",
 )
@@ -137,7 +138,11 @@ def deep_dive(records: list[dict[str, Any]], window_ms: float, failed_cost_ms: f
         if before and after and np.mean(after) < np.mean(before):
             helped += 1
     quic = sum(1 for r in recs if r.get("protocol") == "h3")
+    # The client's hedge over TCP (docs/client.md): started, and answered by the hedge.
+    hedged = [r for r in recs if r.get("hedged")]
     return {
+        "hedged": len(hedged),
+        "hedge_tcp_won": sum(1 for r in hedged if r.get("protocol") == r["hedged"]),
         "requests": n,
         "quic_share": quic / n if n else None,
         "exploration_freq": probes / n if n else None,
@@ -199,6 +204,24 @@ def runs_by_policy(lab_out: Path) -> dict[tuple[str, int], dict[str, Path]]:
     return out
 
 
+def edge_bytes(run_dir: Path) -> int | None:
+    """Response bytes the edge wrote in one run (the sum of its records' `bytes`), None when
+    the run has no edge records. Against the client's received bytes it shows what a hedge
+    duplicated (both copies were served, one was received in full)."""
+    path = run_dir / "edge.jsonl"
+    if not path.exists():
+        return None
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line
+        if rec.get("side") == "edge" and "event" not in rec:
+            total += int(rec.get("bytes") or 0)
+    return total
+
+
 def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
     """Per mode and Ideal: stats, reductions, gap to Ideal, deep dive; pooled over the
     conditions and repetitions of one or more lab folders. `per_run` gives each mode's
@@ -209,9 +232,17 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
     failed: dict[str, int] = {}
     dives: dict[str, list[dict[str, Any]]] = {}
     per_run: dict[str, dict[str, list[float]]] = {}
+    # Response bytes the edge wrote and the client received, per mode (runs with edge records).
+    served: dict[str, list[int]] = {}
     for lab_out in lab_outs if isinstance(lab_outs, list) else [lab_outs]:
         for _, runs in sorted(runs_by_policy(lab_out).items()):
             recs = {policy: ds.client_records(d) for policy, d in runs.items()}
+            for policy, d in runs.items():
+                sent = edge_bytes(d)
+                if sent is not None:
+                    both = served.setdefault(policy, [0, 0])
+                    both[0] += sent
+                    both[1] += sum(int(r.get("bytes") or 0) for r in recs[policy])
             means: dict[str, float] = {}
             for policy, rs in recs.items():
                 c = [ds.request_cost_ms(r, a.failed_cost_ms) for r in rs]
@@ -249,6 +280,8 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
         table[mode] = stats(c)
         if mode in failed:
             table[mode]["failed"] = failed[mode]
+        if mode in served:
+            table[mode]["edge_bytes"], table[mode]["client_bytes"] = served[mode]
         spread = per_run.get(mode, {})
         table[mode]["per_run"] = {k: {"runs": len(v), "min": min(v), "max": max(v)} for k, v in spread.items() if v}
     for mode, row in table.items():
@@ -270,6 +303,8 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
                 "explore_gap_ms",
                 "other_gap_ms",
                 "ideal_ms",
+                "hedged",
+                "hedge_tcp_won",
             )
         }
         probes = helped = 0.0
@@ -278,7 +313,7 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             total["switches"] += d["switches"]
             total["rollbacks"] += d["rollbacks"]
             total["verifications"] += d.get("verifications", 0)
-            for k in ("judged", "correct", "explore_gap_ms", "other_gap_ms", "ideal_ms"):
+            for k in ("judged", "correct", "explore_gap_ms", "other_gap_ms", "ideal_ms", "hedged", "hedge_tcp_won"):
                 total[k] += d.get(k, 0)
             probes += (d["exploration_freq"] or 0) * d["requests"]
             helped += (d["switches_helped"] or 0) * d["switches"]
@@ -295,6 +330,8 @@ def region_table(lab_outs: Path | list[Path], a: Args) -> dict[str, Any]:
             # Gap to Ideal (share of Ideal's total) from exploration requests and from the rest.
             "gap_from_exploration": total["explore_gap_ms"] / total["ideal_ms"] if total["ideal_ms"] else None,
             "gap_from_other": total["other_gap_ms"] / total["ideal_ms"] if total["ideal_ms"] else None,
+            "hedged_share": total["hedged"] / n if n else None,
+            "hedge_tcp_won_share": total["hedge_tcp_won"] / total["hedged"] if total["hedged"] else None,
         }
     return table
 
@@ -370,6 +407,17 @@ def format_region(name: str, table: dict[str, Any]) -> str:
                 f"{d['switches']} | "
                 f"{f(d['switching_freq'])} | {f(d['switches_helped'])} | {f(d['rollback_rate'])} | "
                 f"{d.get('verifications', 0)} | {pct(d.get('gap_from_exploration'))} / {pct(d.get('gap_from_other'))} |"
+            )
+        hedging = [(m, d) for m, d in dd if d.get("hedged_share")]
+        if hedging:
+            lines.append("")
+        for m, d in hedging:
+            won = d.get("hedge_tcp_won_share")
+            sent, got = table[m].get("edge_bytes"), table[m].get("client_bytes")
+            extra = f"; the edge wrote {sent / got - 1:+.1%} of the bytes the client received" if sent and got else ""
+            lines.append(
+                f"{m}: {d['hedged_share'] * 100:.1f}% of requests hedged over TCP, the hedge answered "
+                f"{'-' if won is None else f'{won * 100:.0f}%'} of them{extra}"
             )
     return "\n".join(lines)
 

@@ -331,6 +331,31 @@ fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The UDP socket of a front for our edge on loopback, on a port whose TCP twin forwards
+/// every connection to `edge_tcp` untouched (so a request that falls back to TCP finds the
+/// edge at the same origin); what the front does with UDP is the caller's.
+#[allow(dead_code)] // not every test binary has a front
+pub async fn udp_front_with_tcp_to(edge_tcp: std::net::SocketAddr) -> tokio::net::UdpSocket {
+    // A UDP port whose TCP twin is free too.
+    let (front, tcp) = loop {
+        let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = front.local_addr().unwrap().port();
+        if let Ok(tcp) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            break (front, tcp);
+        }
+    };
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(edge_tcp).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    front
+}
+
 /// Liveness bound of every test: a hang fails the test instead of blocking the suite.
 pub const TEST_BOUND: Duration = Duration::from_secs(60);
 

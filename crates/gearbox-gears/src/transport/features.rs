@@ -439,6 +439,8 @@ pub(crate) mod tests {
             error: None,
             retried_from: None,
             retry_lost_ms: None,
+            hedged: None,
+            hedge_at_ms: None,
             path_index: None,
             path_decision: None,
         }

@@ -109,7 +109,7 @@ enum Event {
     /// An exploration was abandoned.
     Abandoned,
     /// A request on the current protocol failed or stalled and the gear left it at once
-    /// (`what`: the error kind, `retried` or `broken`, see [`failure_of`]).
+    /// (`what`: the error kind, `retried`, `broken` or `hedged`, see [`failure_of`]).
     FailedOver { from: Transport, what: &'static str },
     /// The cost-jump rule ([`super::jump`]) left the protocol: median round trips of
     /// its latest requests, of its own history and of the other protocol's last known.
@@ -567,14 +567,20 @@ impl TransportGear for WiseTrans {
         let cost = request_cost(record, cfg);
         // A request the client carried over TCP because QUIC failed under it (or was
         // broken) is a failed QUIC request to every judge below; its TCP time is not a
-        // measurement of either protocol.
+        // measurement of either protocol. A hedge TCP answered is a QUIC request that had
+        // not answered when the hedge did: it costs QUIC at least its own cost (the time
+        // to the hedge's answer), which is what the judges get (a lower bound, not the
+        // failure's penalty: QUIC still worked, slowly).
         let failure = failure_of(record);
+        let hedge_won = matches!(failure, Some((_, "hedged")));
         let (transport, cost) = match failure {
+            Some((failed, _)) if failed != transport && hedge_won => (failed, cost),
             Some((failed, _)) if failed != transport => (failed, cfg.failed_request_cost_ms),
             _ => (transport, cost),
         };
-        let rtt = record.transport.as_ref().map(|s| s.rtt_ms);
-        let failed = failure.is_some() || record.error.is_some();
+        // The record's RTT is the connection's that answered: not QUIC's after a hedge.
+        let rtt = record.transport.as_ref().map(|s| s.rtt_ms).filter(|_| !hedge_won);
+        let failed = (failure.is_some() && !hedge_won) || record.error.is_some();
         st.costs.record(transport, cost, rtt, failed, now);
 
         // A new local address on a successful request is a new path.
@@ -720,10 +726,16 @@ fn take_outcome(st: &mut OriginState, out: super::probe::Outcome, now: Instant, 
 /// has an `error` (its kind); QUIC when the client retried it over TCP after QUIC failed
 /// under it (`retried_from = "h3"`: `retried`) or sent it over TCP because QUIC was
 /// marked broken (`fallback=quic-broken` in the client's part of the decision: `broken`)
-/// (docs/client.md "Falling back from QUIC").
+/// (docs/client.md "Falling back from QUIC"); QUIC too when the client hedged a slow
+/// QUIC request over TCP and the hedge answered first (`hedged` set and `protocol` not
+/// `h3`: `hedged`, docs/client.md "Hedging a slow QUIC request"): QUIC was then still
+/// running after TCP had started late and finished, a stall in all but name.
 pub(crate) fn failure_of(record: &ClientRecord) -> Option<(Transport, &'static str)> {
     if record.retried_from == Some(Protocol::H3) {
         return Some((Transport::Quic, "retried"));
+    }
+    if record.hedged.is_some() && record.protocol != Protocol::H3 {
+        return Some((Transport::Quic, "hedged"));
     }
     if record
         .decision
@@ -1500,27 +1512,41 @@ mod tests {
         t
     }
 
-    #[test]
-    fn v2_leaves_quic_at_once_when_a_request_on_it_stalls_and_the_client_retries_it_over_tcp() {
-        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
-        let t0 = Instant::now();
-        // Three fast QUIC requests, then UDP is blocked: the next one is retried over TCP.
-        let t = settled_on_quic(&mut g, t0, 100);
+    /// Settles `g` on QUIC (three fast requests), then answers its next QUIC request with
+    /// `answer` after `after_ms`; checks that the gear left QUIC at once, saying
+    /// `failover=quic:<what>`, on probation. Returns the time after the answer.
+    fn leaves_quic_at_once(
+        g: &mut WiseTrans,
+        t0: Instant,
+        after_ms: u64,
+        answer: impl Fn(&Why) -> ClientRecord,
+        what: &str,
+    ) -> Instant {
+        let t = settled_on_quic(g, t0, 100);
         let (p, why) = g.ask(ORIGIN, t);
         assert_eq!(p, TransportChoice::Quic);
-        g.observe(&retried_over_tcp(&why, 1_100.0), t + ms(1_100));
+        g.observe(&answer(&why), t + ms(after_ms));
         assert_eq!(
             g.selected(ORIGIN),
             Some(Transport::Tcp),
             "no model, no checker waited for"
         );
-        let (p, why) = g.ask(ORIGIN, t + ms(1_101));
+        let (p, why) = g.ask(ORIGIN, t + ms(after_ms + 1));
         assert_eq!(p, TransportChoice::Tcp);
-        assert!(why.contains(";failover=quic:retried"), "{why}");
+        assert!(why.contains(&format!(";failover=quic:{what}")), "{why}");
         assert!(
             g.origins[ORIGIN].rollback.checking(),
             "the move is on probation like any switch"
         );
+        t
+    }
+
+    #[test]
+    fn v2_leaves_quic_at_once_when_a_request_on_it_stalls_and_the_client_retries_it_over_tcp() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        // Three fast QUIC requests, then UDP is blocked: the next one is retried over TCP.
+        let t = leaves_quic_at_once(&mut g, t0, 1_100, |why| retried_over_tcp(why, 1_100.0), "retried");
         // TCP serves well: the checker, whose "before" side holds the failure, keeps it
         // (judged on the first request after its 10 s interval).
         let mut t = t + ms(1_200);
@@ -1532,6 +1558,93 @@ mod tests {
         }
         assert_eq!(g.selected(ORIGIN), Some(Transport::Tcp));
         assert!(!g.origins[ORIGIN].rollback.checking());
+    }
+
+    /// A QUIC request the client hedged over TCP `hedge_at` ms after its start, answered
+    /// by `winner` after `rct` ms.
+    fn hedged(decision: &Why, winner: Transport, rct: f64, hedge_at: f64) -> ClientRecord {
+        let mut r = done(winner, rct, decision, 9, (0, 0));
+        r.hedged = Some(Protocol::H2);
+        r.hedge_at_ms = Some(hedge_at);
+        r
+    }
+
+    #[test]
+    fn v2_leaves_quic_at_once_when_a_tcp_hedge_answers_before_the_quic_request() {
+        // Without the cost-jump rule, so that the Rollback Checker alone judges the move.
+        let cfg = TransportConfig {
+            switch_on_cost_jump: false,
+            ..TransportConfig::default()
+        };
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, cfg);
+        let t0 = Instant::now();
+        // Three fast QUIC requests, then UDP is throttled: the next one is hedged over
+        // TCP at 400 ms and the hedge answers at 520 ms, QUIC still running.
+        let t = leaves_quic_at_once(
+            &mut g,
+            t0,
+            520,
+            |why| hedged(why, Transport::Tcp, 520.0, 400.0),
+            "hedged",
+        );
+        // QUIC's side of the probation holds the hedged request at its own cost (QUIC had
+        // not answered by then), not a failure's 10 s: with TCP at 600 ms from then on, the
+        // checker finds the move made things worse, verifies, and goes back to QUIC.
+        let mut t = t + ms(600);
+        for _ in 0..16 {
+            let (p, why) = g.ask(ORIGIN, t);
+            let (on, rct) = match p {
+                TransportChoice::Tcp => (Transport::Tcp, 600),
+                _ => (Transport::Quic, 50),
+            };
+            g.observe(&done(on, rct as f64, &why, 3, (0, 0)), t + ms(rct));
+            t += ms(1_500);
+            if g.selected(ORIGIN) == Some(Transport::Quic) {
+                break;
+            }
+        }
+        assert_eq!(
+            g.selected(ORIGIN),
+            Some(Transport::Quic),
+            "a hedge is no 10 s failure to the checker"
+        );
+    }
+
+    #[test]
+    fn a_hedge_that_quic_wins_is_no_evidence_against_quic() {
+        let (mut g, _d) = gear(Version::V2, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let t = settled_on_quic(&mut g, t0, 100);
+        let (_, why) = g.ask(ORIGIN, t);
+        let r = hedged(&why, Transport::Quic, 450.0, 400.0);
+        assert_eq!(failure_of(&r), None);
+        g.observe(&r, t + ms(450));
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        let (p, why) = g.ask(ORIGIN, t + ms(451));
+        assert_eq!(p, TransportChoice::Quic);
+        assert!(!why.contains("failover"), "{why}");
+    }
+
+    #[test]
+    fn v1_leaves_quic_when_a_tcp_hedge_wins_once_the_dwell_allows() {
+        // p = 0.12 everywhere: the model alone would never switch. TCP fails first, so v1
+        // is on QUIC; a hedge TCP wins then takes it back after the dwell.
+        let (mut g, _d) = gear(Version::V1, -2.0, -2.0, TransportConfig::default());
+        let t0 = Instant::now();
+        let (_, why) = g.ask(ORIGIN, t0);
+        let mut failed = done(Transport::Tcp, 0.0, &why, 1, (0, 0));
+        failed.rct_ms = None;
+        failed.error = Some("timeout".into());
+        g.observe(&failed, t0 + ms(10));
+        let (p, why) = g.ask(ORIGIN, t0 + ms(20));
+        assert_eq!(p, TransportChoice::Quic, "{why}");
+        // Within the dwell a won hedge is a costly QUIC request, no switch.
+        g.observe(&hedged(&why, Transport::Tcp, 700.0, 300.0), t0 + ms(720));
+        assert_eq!(g.selected(ORIGIN), Some(Transport::Quic));
+        g.observe(&hedged(&why, Transport::Tcp, 700.0, 300.0), t0 + ms(2_800));
+        let (p, why) = g.ask(ORIGIN, t0 + ms(2_900));
+        assert_eq!(p, TransportChoice::Tcp, "{why}");
+        assert!(why.contains(";failover=quic:hedged"), "{why}");
     }
 
     #[test]
