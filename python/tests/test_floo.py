@@ -150,10 +150,14 @@ def test_the_gears_actions_are_read_from_the_edges_telemetry(tmp_path: Path) -> 
         {"side": "edge", "status": 200},
     ]
     (run / "edge.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    # P-Floo's runs (`c000-p-floo-r0`) are not Floo's.
+    (tmp_path / "c000-p-floo-r0").mkdir()
+    (tmp_path / "c000-p-floo-r0" / "edge.jsonl").write_text(json.dumps({"event": "cc_decision", "choice": "bbr"}))
     choices, outcomes = emulate.gear_actions(tmp_path, "floo")
     assert choices == {"copa": 2, "bbr": 1}
     assert outcomes == {"copa:switched": 1}
     assert emulate.gear_actions(tmp_path, "cubic") == ({}, {})
+    assert emulate.gear_actions(tmp_path, "p-floo") == ({"bbr": 1}, {})
 
 
 def test_the_level_reward_scores_each_periods_mean_rct_and_a_bad_name_is_refused(tmp_path: Path) -> None:

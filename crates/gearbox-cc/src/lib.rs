@@ -27,6 +27,7 @@ pub mod bbr;
 pub mod config;
 pub mod copa;
 pub mod cubic;
+pub mod effect;
 pub mod kernel;
 pub mod loss_based;
 pub mod newreno;
@@ -39,6 +40,7 @@ pub mod westwood;
 
 pub use algorithm::{Ack, Algorithm, Phase, SendingRate};
 pub use config::{CcConfig, InvalidParameter, MAX_INITIAL_WINDOW_PACKETS};
+pub use effect::{EffectWindow, SwitchEffect, EFFECT_WINDOW};
 pub use kernel::{TcpCc, TcpCcHandle, TcpCcSetting, TcpSwitchError, DEFAULT_TCP_CC};
 pub use path::{PathEstimator, PathState};
 pub use switchable::{

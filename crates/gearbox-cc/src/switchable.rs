@@ -33,6 +33,7 @@ use quinn_proto::RttEstimator;
 
 use crate::algorithm::{Ack, Algorithm, Phase, SendingRate};
 use crate::config::CcConfig;
+use crate::effect::{EffectTracker, SwitchEffect};
 use crate::path::{PathEstimator, PathState};
 
 /// How much of the running controller's state a switch carries (Floo §3.4, §5.4).
@@ -139,6 +140,7 @@ pub struct ControllerStatus {
 }
 
 type Observer = Arc<dyn Fn(&SwitchRecord) + Send + Sync>;
+type EffectObserver = Arc<dyn Fn(&SwitchEffect) + Send + Sync>;
 
 #[derive(Debug, Clone, Copy)]
 struct Request {
@@ -152,6 +154,7 @@ struct Shared {
     requests: Mutex<Vec<Request>>,
     status: Mutex<Option<ControllerStatus>>,
     observer: Mutex<Option<Observer>>,
+    effect_observer: Mutex<Option<EffectObserver>>,
     switches: AtomicU64,
 }
 
@@ -182,6 +185,7 @@ impl SwitchHandle {
             requests: Mutex::new(Vec::new()),
             status: Mutex::new(None),
             observer: Mutex::new(None),
+            effect_observer: Mutex::new(None),
             switches: AtomicU64::new(0),
         }))
     }
@@ -197,6 +201,13 @@ impl SwitchHandle {
     /// Calls `observer` with the record of every request this controller finishes.
     pub fn set_observer(&self, observer: impl Fn(&SwitchRecord) + Send + Sync + 'static) {
         *lock(&self.0.observer) = Some(Arc::new(observer));
+    }
+
+    /// Calls `observer` with the effect of every switch that changed the controller: the
+    /// connection's loss and RTT over the second before and the second after it
+    /// ([`crate::effect`]; none for a connection that ends within that second).
+    pub fn set_effect_observer(&self, observer: impl Fn(&SwitchEffect) + Send + Sync + 'static) {
+        *lock(&self.0.effect_observer) = Some(Arc::new(observer));
     }
 
     /// The controller as of its latest ACK frame (None before the first).
@@ -225,6 +236,16 @@ impl SwitchHandle {
             observer(record);
         }
     }
+
+    fn effect(&self, effect: Option<SwitchEffect>) {
+        let Some(effect) = effect else {
+            return;
+        };
+        let observer = lock(&self.0.effect_observer).clone();
+        if let Some(observer) = observer {
+            observer(&effect);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -244,6 +265,7 @@ pub struct Switchable {
     initial_window: u64,
     created: Instant,
     app_limited: bool,
+    effect: EffectTracker,
 }
 
 impl Switchable {
@@ -259,6 +281,7 @@ impl Switchable {
     ) -> Self {
         let path = PathState::new(mtu, crate::config::INITIAL_RTT);
         let algorithm = config.build(cca, initial_window, now, &path);
+        let effect = EffectTracker::new(now, &path);
         Switchable {
             config,
             cca,
@@ -270,6 +293,7 @@ impl Switchable {
             initial_window,
             created: now,
             app_limited: false,
+            effect,
         }
     }
 
@@ -298,6 +322,7 @@ impl Switchable {
     /// `RttEstimator` can only be built inside quinn, and benchmarks and tests drive
     /// the controller without a connection.
     pub fn ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, srtt: Duration) {
+        self.track(now);
         self.estimator.on_ack(&mut self.path, now, sent, bytes, srtt);
         let ack = Ack {
             sent,
@@ -306,6 +331,12 @@ impl Switchable {
             rtt: self.path.latest_rtt,
         };
         self.algorithm.on_ack(now, &ack, &self.path);
+    }
+
+    /// The switch-effect tracker's turn, before an event changes the path.
+    fn track(&mut self, now: Instant) {
+        let e = self.effect.on_event(now, &self.path, self.algorithm.window());
+        self.handle.effect(e);
     }
 
     fn poll_switch(&mut self, now: Instant) {
@@ -374,6 +405,10 @@ impl Switchable {
         rec.phase_after = self.algorithm.phase_name().to_string();
         rec.cwnd_after = self.algorithm.window();
         rec.pacing_rate_after = after.pacing_rate;
+        let early = self
+            .effect
+            .switched(now, rec.at_s, rec.from, rec.to, rec.mode, &self.path, rec.cwnd_before);
+        self.handle.effect(early);
         rec
     }
 
@@ -410,6 +445,7 @@ impl Switchable {
 
 impl Controller for Switchable {
     fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.track(now);
         self.estimator.on_sent(&mut self.path, now, bytes, self.app_limited);
         self.algorithm.on_sent(now, bytes, &self.path);
         if self.pending.is_some() || self.handle.0.has_request.load(Ordering::Relaxed) {
@@ -422,6 +458,7 @@ impl Controller for Switchable {
     }
 
     fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, _largest_packet_num_acked: Option<u64>) {
+        self.track(now);
         self.app_limited = app_limited;
         self.estimator.on_end_acks(&mut self.path, in_flight, app_limited);
         self.algorithm.on_end_acks(now, in_flight, app_limited, &self.path);
@@ -432,6 +469,7 @@ impl Controller for Switchable {
     }
 
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, is_persistent_congestion: bool, lost_bytes: u64) {
+        self.track(now);
         self.estimator.on_congestion_event(&mut self.path, lost_bytes);
         self.algorithm
             .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes, &self.path);
@@ -466,6 +504,7 @@ impl Controller for Switchable {
             initial_window: self.initial_window,
             created: self.created,
             app_limited: self.app_limited,
+            effect: self.effect.clone(),
         })
     }
 
@@ -617,5 +656,55 @@ mod tests {
         c.on_sent(t0, 1200, 0);
         assert_eq!(handle.switches(), 1);
         assert_eq!(handle.status().map(|s| s.cca), Some(Cca::Cubic));
+    }
+
+    #[test]
+    fn a_switch_leaves_its_effect_once_the_second_after_it_has_passed() {
+        let t0 = Instant::now();
+        let handle = SwitchHandle::new();
+        let effects = Arc::new(Mutex::new(Vec::new()));
+        let sink = effects.clone();
+        handle.set_effect_observer(move |e| sink.lock().unwrap().push(e.clone()));
+        let mut c = newreno_24k(&handle, t0);
+        let srtt = Duration::from_millis(50);
+        // One 1,200-byte packet sent and acknowledged every 10 ms; every tenth packet of
+        // the second after the switch is lost.
+        let mut switched_at = None;
+        for i in 0..300u64 {
+            let now = t0 + Duration::from_millis(10 * i);
+            if i == 150 {
+                handle.switch_to(Cca::Cubic, SwitchMode::Part);
+            }
+            c.on_sent(now, 1200, i);
+            if switched_at.is_none() && c.cca() == Cca::Cubic {
+                switched_at = Some(i);
+            }
+            if (151..251).contains(&i) && i % 10 == 0 {
+                c.on_congestion_event(now, now, false, 1200);
+            } else {
+                c.ack(now, now, 1200, false, srtt);
+                c.on_end_acks(now, 0, false, Some(i));
+            }
+        }
+        assert_eq!(switched_at, Some(150), "a part switch acts at the next event");
+        let effects = effects.lock().unwrap().clone();
+        assert_eq!(effects.len(), 1, "{effects:?}");
+        let e = &effects[0];
+        assert_eq!((e.from, e.to, e.mode), (Cca::NewReno, Cca::Cubic, SwitchMode::Part));
+        assert!((e.at_s - 1.5).abs() < 1e-9, "{e:?}");
+        // Before: from the mark at 0.5 s to the switch (its own send counted): 101
+        // packets, none lost.
+        assert_eq!((e.before.lost_bytes, e.before.loss_rate), (0, Some(0.0)));
+        assert!(
+            (e.before.span_s - 1.0).abs() < 1e-9 && e.before.sent_bytes == 101 * 1200,
+            "{e:?}"
+        );
+        // After: closed at the first event at 2.5 s before it counts: 99 packets, 9 of
+        // them lost (1.6 s ... 2.4 s).
+        assert_eq!((e.after.sent_bytes, e.after.lost_bytes), (99 * 1200, 9 * 1200));
+        assert_eq!(e.after.loss_rate, Some(9.0 / 99.0));
+        assert_eq!(e.after.span_s, 1.0);
+        assert_eq!(e.before.srtt_ms, 50.0);
+        assert!(e.after.cwnd_bytes > 0 && e.before.cwnd_bytes > 0);
     }
 }

@@ -417,3 +417,72 @@ async fn the_period_gear_reads_tcp_info_and_switches_the_kernel_controller() {
         (Some("cubic"), Some("bbr"), Some("kernel"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gear_made_switch_leaves_the_connections_loss_and_rtt_a_second_before_and_after_it() {
+    let site = Site::new();
+    let (edge, _seen) = recording_edge(
+        &site,
+        |c| c.cc = QuicCc::Suite(Cca::Cubic),
+        Cca::Bbr,
+        // Part: a full switch out of Cubic's slow start waits for convergence, and the
+        // gear's request every 200 ms would restart the wait on loopback.
+        gearbox_cc::SwitchMode::Part,
+    )
+    .await;
+    let (quic, admin_addr) = (edge.quic, edge.admin);
+    let client = site.client();
+    let url = format!("https://{quic}/bytes/300000");
+    bounded(async {
+        // Busy until the gear has switched the connection to BBR, then for the second
+        // after (the effect's window closes at the connection's first event after it).
+        let mut switched: Option<std::time::Instant> = None;
+        while switched.is_none_or(|t| t.elapsed() < Duration::from_millis(1500)) {
+            let r = client
+                .request(Request::get(&url, TransportPref::Quic))
+                .await
+                .expect("GET over QUIC");
+            assert_eq!(r.body.len(), 300_000);
+            if switched.is_none() {
+                let (_, body) = admin(admin_addr, "GET", "/connections").await;
+                let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+                if conns[0]["cca"] == "bbr" {
+                    switched = Some(std::time::Instant::now());
+                }
+            }
+        }
+    })
+    .await;
+    drop(client);
+    let records = edge.stop().await;
+    let switch = records
+        .iter()
+        .find(|r| r["event"] == "cc_switch" && r["outcome"] == "switched")
+        .expect("the gear's switch");
+    let effects: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "cc_switch_effect").collect();
+    assert_eq!(effects.len(), 1, "one switch, one effect: {effects:?}");
+    let e = effects[0];
+    assert_eq!(e["conn_id"], switch["conn_id"]);
+    assert_eq!(e["at_s"], switch["at_s"]);
+    assert_eq!(
+        (e["from"].as_str(), e["to"].as_str(), e["mode"].as_str()),
+        (Some("cubic"), Some("bbr"), Some("part"))
+    );
+    assert_eq!(e["before"]["cwnd_bytes"], switch["cwnd_before"]);
+    assert!(e["time_unix_ms"].as_f64() >= switch["time_unix_ms"].as_f64());
+    for side in ["before", "after"] {
+        let w = &e[side];
+        assert!(w["sent_bytes"].as_u64().unwrap() > 0, "{side}: {w}");
+        assert!(
+            w["lost_bytes"].as_u64().unwrap() <= w["sent_bytes"].as_u64().unwrap(),
+            "{side}: {w}"
+        );
+        assert!(
+            w["loss_rate"].as_f64().is_some() && w["srtt_ms"].as_f64().is_some(),
+            "{side}: {w}"
+        );
+        assert!(w["cwnd_bytes"].as_u64().unwrap() > 0, "{side}: {w}");
+    }
+    assert_eq!(e["after"]["span_s"], 1.0);
+    assert!(e["before"]["span_s"].as_f64().unwrap() > 0.0);
+}

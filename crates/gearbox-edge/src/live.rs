@@ -5,14 +5,18 @@
 //! Every accepted connection registers here with the handle of its controller: the
 //! suite's [`SwitchHandle`] for QUIC, the kernel socket's [`TcpCcHandle`] for TCP. The
 //! entry goes when the connection ends. Each switch leaves one telemetry record
-//! (`event = "cc_switch"`, docs/telemetry.md) and one count in `/metrics`.
+//! (`event = "cc_switch"`, docs/telemetry.md) and one count in `/metrics`; a QUIC switch
+//! that changed the controller leaves a second one a second later, its effect on the
+//! connection's loss and RTT (`event = "cc_switch_effect"`, Floo Fig. 12-13).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gearbox_cc::{Cca, ControllerStatus, QuicCc, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, TcpCcHandle};
+use gearbox_cc::{
+    Cca, ControllerStatus, QuicCc, SwitchEffect, SwitchHandle, SwitchMode, SwitchOutcome, SwitchRecord, TcpCcHandle,
+};
 use gearbox_dataplane::telemetry::{unix_ms_now, TelemetrySink};
 use gearbox_gear_api::Transport;
 use serde::Serialize;
@@ -186,6 +190,16 @@ struct SwitchEvent<'a> {
     record: &'a SwitchRecord,
 }
 
+/// The record of a switch's effect: the connection's loss and RTT over the second
+/// before it and the second after it (gearbox_cc::effect).
+#[derive(Debug, Serialize)]
+struct SwitchEffectEvent<'a> {
+    #[serde(flatten)]
+    head: EventHead,
+    #[serde(flatten)]
+    effect: &'a SwitchEffect,
+}
+
 /// The record a kernel TCP switch leaves: no phases or windows, the kernel keeps them.
 #[derive(Debug, Serialize)]
 struct TcpSwitchEvent<'a> {
@@ -256,6 +270,13 @@ impl LiveConnections {
                 telemetry.write(&SwitchEvent {
                     head: EventHead::now("cc_switch", conn_id, transport),
                     record,
+                });
+            });
+            let telemetry = self.telemetry.clone();
+            handle.set_effect_observer(move |effect| {
+                telemetry.write(&SwitchEffectEvent {
+                    head: EventHead::now("cc_switch_effect", conn_id, transport),
+                    effect,
                 });
             });
         }

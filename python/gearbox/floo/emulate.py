@@ -15,7 +15,9 @@ per-policy mean RCT this module compares with the simulator's.
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from gearbox.floo.scenarios import Scenario
@@ -134,20 +136,39 @@ def run(
     return rows
 
 
-def gear_actions(runs: Path, policy: str) -> tuple[dict[str, int], dict[str, int]]:
-    """The edge gear's decisions by chosen controller and its switches by outcome, over
-    the runs of `policy` (their `edge.jsonl`, docs/telemetry.md "Event records")."""
-    choices: dict[str, int] = {}
-    outcomes: dict[str, int] = {}
-    for edge in sorted(runs.glob(f"*-{policy}-r*/edge.jsonl")):
+def edge_events(runs: Path, policy: str) -> Iterator[dict]:
+    """The event records (docs/telemetry.md "Event records") of the edge's telemetry over
+    the runs of `policy` (their `edge.jsonl`), in run order; unreadable lines skipped."""
+    # Run folders are `<condition>-<policy>-r<repetition>` (gearbox.lab.planning); a glob
+    # `*-floo-r*` would also take P-Floo's `c000-p-floo-r0`.
+    run = re.compile(rf"c\d+-{re.escape(policy)}-r\d+")
+    for edge in sorted(runs.glob("*/edge.jsonl")):
+        if not run.fullmatch(edge.parent.name):
+            continue
         for line in edge.read_text().splitlines():
             try:
                 r = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if r.get("event") == "cc_decision":
-                choices[r["choice"]] = choices.get(r["choice"], 0) + 1
-            elif r.get("event") == "cc_switch":
-                key = f"{r['to']}:{r['outcome']}"
-                outcomes[key] = outcomes.get(key, 0) + 1
+            if isinstance(r, dict) and "event" in r:
+                yield r
+
+
+def gear_actions(runs: Path, policy: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The edge gear's decisions by chosen controller and its switches by outcome, over
+    the runs of `policy`."""
+    choices: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    for r in edge_events(runs, policy):
+        if r["event"] == "cc_decision":
+            choices[r["choice"]] = choices.get(r["choice"], 0) + 1
+        elif r["event"] == "cc_switch":
+            key = f"{r['to']}:{r['outcome']}"
+            outcomes[key] = outcomes.get(key, 0) + 1
     return choices, outcomes
+
+
+def switch_effects(runs: Path, policy: str) -> list[dict]:
+    """The `cc_switch_effect` records of `policy`'s runs: each switch that changed a
+    connection's controller, with its loss and RTT over the second before and after."""
+    return [r for r in edge_events(runs, policy) if r["event"] == "cc_switch_effect"]

@@ -6,7 +6,7 @@
     gearbox lab collect OUT_DIR
     gearbox lab demo [--out out/lab-demo]
     gearbox lab wisetrans dataset|train|evaluate|all|demo   (python/gearbox/wisetrans)
-    gearbox lab floo evaluate                               (python/gearbox/floo)
+    gearbox lab floo evaluate|seeds|switches                (python/gearbox/floo)
     gearbox lab sailfish evaluate                           (python/gearbox/sailfish)
     gearbox lab tcpwise evaluate                            (python/gearbox/tcpwise/evaluate.py)
     gearbox lab flexhttp dataset|train|evaluate             (python/gearbox/flexhttp/lab.py)
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("wisetrans", help="WiseTrans data, training, evaluation, demo (gearbox lab wisetrans --help)")
-    sub.add_parser("floo", help="Floo's evaluation in the simulator (gearbox lab floo evaluate|seeds --help)")
+    sub.add_parser("floo", help="Floo's evaluation (gearbox lab floo evaluate|seeds|switches --help)")
     sub.add_parser("flexhttp", help="FlexHTTP data, classifiers, evaluation (gearbox lab flexhttp --help)")
     sub.add_parser("sailfish", help="SAILfish's evaluation, simulated or emulated (lab sailfish evaluate --help)")
     sub.add_parser("tcpwise", help="TCP WISE: ground truth, convergence, population (lab tcpwise evaluate --help)")
@@ -145,9 +145,14 @@ def main(argv: list[str] | None = None) -> int:
             from gearbox.floo.seeds import main as floo_seeds
 
             return floo_seeds(raw[2:])
+        if raw[1:2] == ["switches"]:
+            from gearbox.floo.switches import main as floo_switches
+
+            return floo_switches(raw[2:])
         if raw[1:2] != ["evaluate"]:
             print(
-                "gearbox lab floo: the subcommands are `evaluate` and `seeds` (gearbox lab floo evaluate --help)",
+                "gearbox lab floo: the subcommands are `evaluate`, `seeds` and `switches` "
+                "(gearbox lab floo evaluate --help)",
                 file=sys.stderr,
             )
             return 2
