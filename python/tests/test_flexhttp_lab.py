@@ -19,6 +19,7 @@ from gearbox.flexhttp.lab import (
     dataset,
     evaluate,
     evaluate_si,
+    si_noise_floor,
     forest_predict,
     read_dataset,
     sample_conditions,
@@ -118,6 +119,12 @@ def test_speed_index_rows_are_judged_per_pair_against_the_forced_versions_chromi
     assert o["chromium-later"]["mean_ms"] == pytest.approx((640 + 730 + 3050 + 2550) / 4)
     assert r["h3_faster_share"] == pytest.approx(0.5)
     assert (r["loader_agreement"], r["loader_pairs"]) == (pytest.approx(0.75), 4)
+    # The noise floor from each version's first two loads: here the faster version never changes.
+    n = r["noise_floor"]
+    assert (n["pairs"], n["winner_agreement"]) == (4, 1.0)
+    assert n["same_version_gain"]["h3"] == pytest.approx(6930 / 6800 - 1)
+    assert n["same_version_gain"]["h2"] == pytest.approx(7510 / 7300 - 1)
+    assert n["between_versions_gain"] == pytest.approx((6800 / 6200 + 7060 / 6470) / 2 - 1)
     by_load_event = evaluate_si(tmp_path, ds, [rows], metric="load-event")
     assert (by_load_event["loader_agreement"], by_load_event["loader_metric"]) == (pytest.approx(1.0), "load-event")
     assert by_load_event["overall"] == o
@@ -254,3 +261,20 @@ def test_load_chooses_the_http_version_per_page_and_records_why(gearbox_bin: Pat
     # Fixed versions say so.
     fixed = _load(gearbox_bin, edge, tmp_path, "--http-version", "h2")
     assert {r["decision"] for r in fixed} == {"flexhttp: fixed h2"} and {r["protocol"] for r in fixed} == {"h2"}
+
+
+def test_the_si_noise_floor_counts_a_winner_that_changes_between_loads():
+    pairs = [
+        {"h2": [100.0, 300.0], "h3": [200.0, 200.0]},  # h2 faster, then h3: the winner changes
+        {"h2": [500.0, 500.0], "h3": [400.0, 400.0, 900.0]},  # h3 both times; a third load is not used
+        {"h2": [100.0], "h3": [50.0, 60.0]},  # one h2 load: left out
+    ]
+    n = si_noise_floor(pairs)
+    assert (n["pairs"], n["winner_agreement"]) == (2, 0.5)
+    # h2's first loads (100, 500) and second (300, 500); the faster of each pair's two: 100 and 500,
+    # mean 300: the first loads' mean lies 0% above it, the second's 400 / 300 - 1.
+    assert n["same_version_gain"]["h2"] == pytest.approx((0 + 400 / 300 - 1) / 2)
+    assert n["same_version_gain"]["h3"] == pytest.approx(0.0)
+    assert n["between_versions_gain"] == pytest.approx(((300 / 250) + (300 / 300)) / 2 - 1)
+    assert si_noise_floor([{"h2": [1.0], "h3": [1.0, 2.0]}]) is None
+

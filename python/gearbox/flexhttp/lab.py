@@ -648,6 +648,32 @@ def read_si(paths: list[Path]) -> tuple[list[dict], int]:
 SI_POLICIES = ("h2-only", "h3-only", "flexhttp", "oracle", "chromium-first", "chromium-later")
 
 
+def si_noise_floor(pairs: list[dict[str, list[float]]]) -> dict | None:
+    """How much of the per-pair oracle's gain a browser's run-to-run noise gives alone, from the pairs
+    with two loads of each version (the first two, in file order). `same_version_gain`: per version,
+    how far the mean of one load lies above the mean of an "oracle" that takes the faster of two loads
+    of that same version; `between_versions_gain`: the same for H3-only against the faster of one H2
+    and one H3 load (the oracle as `evaluate_si` builds it, from one load instead of the median);
+    `winner_agreement`: the share of pairs whose faster version is the same in both loads. Where the
+    first is as large as the second, the oracle's lead over the static versions is noise (the
+    WiseTrans evaluation reports its noise floor the same way, docs/wisetrans.md). None without such
+    pairs."""
+    both = [(v["h2"][:2], v["h3"][:2]) for v in pairs if len(v.get("h2", [])) >= 2 and len(v.get("h3", [])) >= 2]
+    if not both:
+        return None
+
+    def gain(one: list[float], other: list[float]) -> float:
+        return statistics.fmean(one) / statistics.fmean(min(a, b) for a, b in zip(one, other, strict=True)) - 1
+
+    same = {}
+    for i, version in enumerate(("h2", "h3")):
+        first, second = [p[i][0] for p in both], [p[i][1] for p in both]
+        same[version] = (gain(first, second) + gain(second, first)) / 2
+    between = statistics.fmean(gain([p[1][k] for p in both], [p[0][k] for p in both]) for k in (0, 1))
+    agree = statistics.fmean(float((p[1][0] < p[0][0]) == (p[1][1] < p[0][1])) for p in both)
+    return {"pairs": len(both), "same_version_gain": same, "between_versions_gain": between, "winner_agreement": agree}
+
+
 def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path], metric: str = "plt") -> dict:
     """FlexHTTP §4's comparison by Speed Index in Chromium: per (condition, page) the median SI of each
     version; the model decides from the page's and the path's features as in `evaluate`. Also how
@@ -706,6 +732,7 @@ def evaluate_si(model_dir: Path, dataset_dir: Path, si_paths: list[Path], metric
         "loader_agreement": float(np.mean(agree)) if agree else None,
         "loader_pairs": len(agree),
         "loader_metric": metric,
+        "noise_floor": si_noise_floor([v for _, v in pairs]),
         "overall": {k: {"mean_ms": statistics.fmean(v), "median_ms": statistics.median(v)} for k, v in allv.items()},
         "per_condition": {
             cid: {k: statistics.median(d[k]) for k in policies} | {"accuracy": statistics.fmean(d["right"])}
@@ -923,6 +950,15 @@ def _print_eval_si(r: dict) -> None:
         print(
             f"our loader's H2/H3 ordering (median {r['loader_metric']}) agrees with Chromium's (median SI) on "
             f"{r['loader_agreement'] * 100:.1f}% of {r['loader_pairs']} pairs"
+        )
+    n = r.get("noise_floor")
+    if n:
+        print(
+            f"noise floor ({n['pairs']} pairs with two loads of each version): one load's mean SI lies "
+            f"{n['same_version_gain']['h2'] * 100:.1f}% (h2) / {n['same_version_gain']['h3'] * 100:.1f}% (h3) above "
+            f"the faster of two loads of the same version, and h3's {n['between_versions_gain'] * 100:.1f}% above the "
+            f"faster of one h2 and one h3 load; the faster version is the same in both loads in "
+            f"{n['winner_agreement'] * 100:.1f}% of pairs"
         )
     _print_eval(r, "SI")
 
