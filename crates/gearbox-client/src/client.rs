@@ -28,7 +28,7 @@ use crate::conn::{Dial, Key, Pools, SnapshotSource, Target};
 use crate::error::ClientError;
 use crate::exchange::{Exchanged, Failure, Progress};
 use crate::gear::{StaticTransport, TransportPref};
-use crate::hedge::TcpCosts;
+use crate::hedge::RecentCosts;
 use crate::race::RaceState;
 use crate::silence;
 use gearbox_gear_api::{Decision, TransportGear};
@@ -183,7 +183,9 @@ pub(crate) struct Inner {
     /// requests wait for that race instead of each racing.
     pub race_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     /// TCP's recent completion times per origin, for the hedge's delay (`crate::hedge`).
-    pub tcp_costs: Mutex<TcpCosts>,
+    pub tcp_costs: Mutex<RecentCosts>,
+    /// QUIC's recent completion times per origin, for the hedge's delay.
+    pub quic_costs: Mutex<RecentCosts>,
 }
 
 pub(crate) fn lock_std<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -242,7 +244,8 @@ impl Client {
                 pools: Pools::default(),
                 race: Mutex::new(RaceState::new()),
                 race_locks: Mutex::new(HashMap::new()),
-                tcp_costs: Mutex::new(TcpCosts::new()),
+                tcp_costs: Mutex::new(RecentCosts::new()),
+                quic_costs: Mutex::new(RecentCosts::new()),
                 cfg: config,
             }),
         })
@@ -395,6 +398,9 @@ impl Client {
             if let Some(ms) = tcp_time_ms(&record) {
                 lock_std(&self.inner.tcp_costs).observe(&origin, ms);
             }
+            if let Some(ms) = quic_time_ms(&record) {
+                lock_std(&self.inner.quic_costs).observe(&origin, ms);
+            }
         }
         if let Some(t) = &record.transport {
             let mut race = lock_std(&self.inner.race);
@@ -485,7 +491,8 @@ impl Client {
             Some(rule)
                 if req.transport == TransportPref::Auto && pref == TransportPref::Quic && req.is_idempotent() =>
             {
-                rule.delay(lock_std(&self.inner.tcp_costs).median(&key.0))
+                let tcp = lock_std(&self.inner.tcp_costs).median(&key.0);
+                rule.delay(tcp, lock_std(&self.inner.quic_costs).median(&key.0))
             }
             _ => None,
         };
@@ -638,6 +645,15 @@ fn tcp_time_ms(record: &ClientRecord) -> Option<f64> {
         None => record.retry_lost_ms,
     };
     Some(rct - before.unwrap_or(0.0))
+}
+
+/// The time QUIC took over a successful request that ended on QUIC and was not a retry,
+/// for the hedge's estimate (`crate::hedge`): its completion time.
+fn quic_time_ms(record: &ClientRecord) -> Option<f64> {
+    if record.error.is_some() || !matches!(record.protocol, Protocol::H3) || record.retried_from.is_some() {
+        return None;
+    }
+    record.rct_ms
 }
 
 /// Protocol written in a record before the connection tells which one it is.

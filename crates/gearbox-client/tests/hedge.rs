@@ -161,7 +161,7 @@ async fn a_quic_request_stalled_behind_a_throttled_udp_path_is_hedged_and_tcp_an
         assert_eq!(r.protocol, Protocol::H2, "the winner's protocol: {r:?}");
         assert_eq!(r.hedged, Some(Protocol::H2), "{r:?}");
         let at = r.hedge_at_ms.expect("when the hedge started");
-        let delay = HedgeRule::default().delay(tcp.rct_ms).unwrap();
+        let delay = HedgeRule::default().delay(tcp.rct_ms, warm.rct_ms).unwrap();
         assert!(
             at >= delay.as_secs_f64() * 1e3,
             "hedged at {at} ms, before the rule's {delay:?}"
