@@ -19,10 +19,10 @@ from gearbox.flexhttp.lab import (
     dataset,
     evaluate,
     evaluate_si,
-    si_noise_floor,
     forest_predict,
     read_dataset,
     sample_conditions,
+    si_noise_floor,
     train,
 )
 
@@ -277,4 +277,3 @@ def test_the_si_noise_floor_counts_a_winner_that_changes_between_loads():
     assert n["same_version_gain"]["h3"] == pytest.approx(0.0)
     assert n["between_versions_gain"] == pytest.approx(((300 / 250) + (300 / 300)) / 2 - 1)
     assert si_noise_floor([{"h2": [1.0], "h3": [1.0, 2.0]}]) is None
-

@@ -171,8 +171,9 @@ pub struct ConnArgs {
     /// limit, when it cannot: `--proto quic`, a page over HTTP/3).
     #[arg(long, value_name = "S")]
     pub quic_silence_floor_s: Option<f64>,
-    /// Hedge slow QUIC requests over TCP: off, on (the delay is 2x TCP's recent median
-    /// completion time at the origin, at least 300 ms) or a factor other than 2. Only
+    /// Hedge slow QUIC requests over TCP: off, on (the delay is 2x the larger of TCP's
+    /// and QUIC's recent median completion times at the origin, at least 300 ms) or a
+    /// factor other than 2. Only
     /// idempotent `--proto auto` requests the gear sends over QUIC; fixed transports and
     /// the race never hedge (docs/client.md, "Hedging a slow QUIC request").
     #[arg(long, value_name = "off|on|FACTOR", value_parser = parse_hedge, default_value = "off")]
