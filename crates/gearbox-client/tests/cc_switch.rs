@@ -296,6 +296,23 @@ async fn recording_edge(
     (start_with(site, tweak, Some(gear)).await, seen)
 }
 
+/// One 300 kB GET over QUIC on `client`'s pooled connection, then the edge's first live
+/// connection (its admin `/connections`) as it stands after it.
+async fn get_and_first_connection(
+    client: &gearbox_client::Client,
+    url: &str,
+    admin_addr: std::net::SocketAddr,
+) -> serde_json::Value {
+    let r = client
+        .request(Request::get(url, TransportPref::Quic))
+        .await
+        .expect("GET over QUIC");
+    assert_eq!(r.body.len(), 300_000);
+    let (_, body) = admin(admin_addr, "GET", "/connections").await;
+    let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
+    conns[0].clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_switched_and_recorded() {
     let site = Site::new();
@@ -312,15 +329,9 @@ async fn the_period_gear_sees_each_live_connections_monitor_and_its_choice_is_sw
     bounded(async {
         // Keep one connection busy until the gear has switched it to Copa.
         loop {
-            let r = client
-                .request(Request::get(&url, TransportPref::Quic))
-                .await
-                .expect("GET over QUIC");
-            assert_eq!(r.body.len(), 300_000);
-            let (_, body) = admin(admin_addr, "GET", "/connections").await;
-            let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if conns[0]["cca"] == "copa" {
-                assert_eq!(conns[0]["switches"], 1);
+            let conn = get_and_first_connection(&client, &url, admin_addr).await;
+            if conn["cca"] == "copa" {
+                assert_eq!(conn["switches"], 1);
                 break;
             }
         }
@@ -438,17 +449,9 @@ async fn a_gear_made_switch_leaves_the_connections_loss_and_rtt_a_second_before_
         // after (the effect's window closes at the connection's first event after it).
         let mut switched: Option<std::time::Instant> = None;
         while switched.is_none_or(|t| t.elapsed() < Duration::from_millis(1500)) {
-            let r = client
-                .request(Request::get(&url, TransportPref::Quic))
-                .await
-                .expect("GET over QUIC");
-            assert_eq!(r.body.len(), 300_000);
-            if switched.is_none() {
-                let (_, body) = admin(admin_addr, "GET", "/connections").await;
-                let conns: serde_json::Value = serde_json::from_str(&body).unwrap();
-                if conns[0]["cca"] == "bbr" {
-                    switched = Some(std::time::Instant::now());
-                }
+            let conn = get_and_first_connection(&client, &url, admin_addr).await;
+            if switched.is_none() && conn["cca"] == "bbr" {
+                switched = Some(std::time::Instant::now());
             }
         }
     })
